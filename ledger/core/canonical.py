@@ -1,0 +1,138 @@
+"""The one canonical JSON encoding of the ledger (RFC 8785, JCS).
+
+Every byte that is hashed or signed goes through `canonical_json`, so two parties that hold the
+same value always hash the same bytes:
+
+- objects: keys are strings, sorted by their UTF-16 code units, no duplicates;
+- no insignificant white space; strings in UTF-8, escaped as ECMAScript ``JSON.stringify`` does;
+- numbers as ECMAScript prints IEEE-754 doubles (``1.0`` is ``1``, ``1e21`` is ``1e+21``);
+  integers must fit a double exactly (|n| <= 2**53 - 1); NaN and the infinities are refused;
+- only dict, list/tuple, str, int, float, bool and None are accepted.
+
+Money and counters belong in integers (minor units); a float is accepted only because JCS
+defines its one true spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class CanonicalJSONError(ValueError):
+    """The value has no canonical encoding, or the bytes are not canonically encoded."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """Encode `value` as canonical JSON; raise CanonicalJSONError for what JCS cannot encode."""
+    parts: list[str] = []
+    _encode(value, parts, "$")
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalJSONError(f"string holds a lone surrogate ({exc.reason})") from exc
+
+
+def parse_canonical(data: bytes) -> Any:
+    """Decode bytes that must already be canonical JSON; anything else is refused, not repaired."""
+    try:
+        text = data.decode("utf-8")
+        value = json.loads(
+            text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CanonicalJSONError(f"not JSON: {exc}") from exc
+    if canonical_json(value) != data:
+        raise CanonicalJSONError("JSON is valid but not in canonical form")
+    return value
+
+
+def _encode(value: Any, out: list[str], path: str) -> None:
+    # bool before int: bool is a subclass of int.
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise CanonicalJSONError(f"{path}: integer {value} does not fit an IEEE-754 double")
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(_format_number(value, path))
+    elif isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                raise CanonicalJSONError(f"{path}: object key {key!r} is not a string")
+        out.append("{")
+        for i, key in enumerate(sorted(value, key=_utf16_order)):
+            if i:
+                out.append(",")
+            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(":")
+            _encode(value[key], out, f"{path}.{key}")
+        out.append("}")
+    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _encode(item, out, f"{path}[{i}]")
+        out.append("]")
+    else:
+        raise CanonicalJSONError(f"{path}: {type(value).__name__} has no JSON encoding")
+
+
+def _utf16_order(key: str) -> bytes:
+    # Big-endian UTF-16 bytes compare exactly as JCS's code-unit order does.
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _format_number(value: float, path: str) -> str:
+    """ECMAScript Number::toString, which JCS prescribes for every number."""
+    if not math.isfinite(value):
+        raise CanonicalJSONError(f"{path}: {value} is not a JSON number")
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    # repr gives the shortest digits that round-trip, as ECMAScript requires.
+    mantissa, _, exp_text = repr(abs(value)).partition("e")
+    whole, _, frac = mantissa.partition(".")
+    all_digits = whole + frac
+    significant = all_digits.lstrip("0")
+    # n: where the decimal point sits relative to the first significant digit (ECMA-262 "n").
+    n = len(whole) + int(exp_text or 0) - (len(all_digits) - len(significant))
+    digits = significant.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        text = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        text = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        text = "0." + "0" * (-n) + digits
+    else:
+        exponent = n - 1
+        sign_e = "+" if exponent >= 0 else "-"
+        head = digits[0] + ("." + digits[1:] if k > 1 else "")
+        text = f"{head}e{sign_e}{abs(exponent)}"
+    return sign + text
+
+
+def _refuse_constant(name: str) -> Any:
+    raise CanonicalJSONError(f"{name} is not a JSON number")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in result:
+            raise CanonicalJSONError(f"duplicate object key {key!r}")
+        result[key] = item
+    return result

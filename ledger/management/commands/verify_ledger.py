@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from ledger import selectors
+from ledger.core.checkpoint import log_verifier
+from ledger.core.note import NoteError, Verifier, parse_vkey
+from ledger.core.verify import LogVerificationError, verify_log
+from ledger.keys import SigningKeyError, load_signing_key
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute a log's hash chain, Merkle tree and every stored signed checkpoint from its "
+        "entries; exit non-zero naming the first bad seq. Checkpoint signatures are checked with "
+        "--vkey keys if given, else with the notary's own signing key."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--log", required=True, metavar="ORIGIN", help="the log's origin")
+        parser.add_argument(
+            "--vkey", action="append", default=[], help="a trusted verifier key (repeatable)"
+        )
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            log = selectors.get_log(origin=options["log"])
+            verifiers = self._verifiers(log.origin, options["vkey"])
+        except (selectors.LedgerLookupError, SigningKeyError, NoteError) as exc:
+            raise CommandError(str(exc)) from exc
+        head = selectors.log_head(log=log)
+        with tqdm(
+            total=head.size,
+            unit="entry",
+            desc=f"verify {log.origin}",
+            disable=options["no_progress"],
+            file=self.stderr,
+        ) as bar:
+            try:
+                report = verify_log(
+                    origin=log.origin,
+                    entries=selectors.iter_entries(log=log),
+                    nodes=selectors.iter_nodes(log=log),
+                    checkpoints=selectors.signed_checkpoints(log=log),
+                    verifiers=verifiers,
+                    head=head,
+                    progress=bar.update,
+                )
+            except LogVerificationError as exc:
+                raise CommandError(f"FAIL at seq {exc.seq}: {exc.reason}") from exc
+        self.stdout.write(
+            f"OK {log.origin}: {report.entries} entries, {report.nodes} Merkle nodes, "
+            f"{report.checkpoints} signed checkpoints, "
+            f"root {base64.b64encode(report.root).decode()}"
+        )
+
+    def _verifiers(self, origin: str, vkeys: list[str]) -> list[Verifier]:
+        if vkeys:
+            return [parse_vkey(text) for text in vkeys]
+        return [log_verifier(origin, load_signing_key())]

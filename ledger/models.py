@@ -1,0 +1,85 @@
+"""The ledger's tables. Entries, Merkle nodes and checkpoints are append-only: database triggers
+(migration 0002) refuse UPDATE and DELETE, whatever the ORM or a stray SQL session tries."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from ledger.core.entries import MAX_EFFECT_ID_LENGTH, EntryKind
+
+ORIGIN_MAX_LENGTH = 255
+
+
+class Log(models.Model):
+    """One append-only log (one per tenant). Its row is the lock appenders queue on, and it
+    carries the head — size, last hash, Merkle frontier — so an append reads nothing else."""
+
+    origin = models.CharField(max_length=ORIGIN_MAX_LENGTH, unique=True)
+    size = models.BigIntegerField(default=0)
+    head_hash = models.BinaryField(max_length=32)
+    frontier = models.BinaryField(default=b"")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(size__gte=0), name="log_size_gte_0")
+        ]
+
+    def __str__(self) -> str:
+        return self.origin
+
+
+class Entry(models.Model):
+    log = models.ForeignKey(Log, on_delete=models.PROTECT, related_name="entries")
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=32, choices=[(k.value, k.value) for k in EntryKind])
+    effect_id = models.CharField(max_length=MAX_EFFECT_ID_LENGTH, blank=True, default="")
+    body = models.BinaryField()
+    prev_hash = models.BinaryField(max_length=32)
+    entry_hash = models.BinaryField(max_length=32)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "entries"
+        constraints = [
+            models.UniqueConstraint(fields=["log", "seq"], name="entry_unique_log_seq"),
+            models.CheckConstraint(condition=models.Q(seq__gte=0), name="entry_seq_gte_0"),
+        ]
+        indexes = [models.Index(fields=["log", "effect_id", "seq"], name="entry_effect_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.seq}"
+
+
+class MerkleNode(models.Model):
+    """A perfect internal subtree root (level >= 1); level 0 is Entry.entry_hash."""
+
+    log = models.ForeignKey(Log, on_delete=models.PROTECT, related_name="nodes")
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hash = models.BinaryField(max_length=32)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["log", "level", "index"], name="node_unique_position"),
+            models.CheckConstraint(condition=models.Q(level__gte=1), name="node_level_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"node ({self.level}, {self.index})"
+
+
+class Checkpoint(models.Model):
+    log = models.ForeignKey(Log, on_delete=models.PROTECT, related_name="checkpoints")
+    size = models.BigIntegerField()
+    root = models.BinaryField(max_length=32)
+    note = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["log", "size"], name="checkpoint_unique_size"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.log.origin} @ {self.size}"

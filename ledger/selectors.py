@@ -1,0 +1,161 @@
+"""Reads from the ledger: logs, checkpoints, and proofs built from stored nodes.
+
+A proof asks for the O(log n) perfect subtrees it needs in one query, never a scan of entries."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from django.db.models import Q
+
+from ledger.core import merkle
+from ledger.core.checkpoint import TlogProof, make_tlog_proof
+from ledger.core.entries import Entry as LedgerEntry
+from ledger.core.merkle import NodeId
+from ledger.core.verify import LogHead, SignedCheckpoint
+from ledger.models import Checkpoint, Entry, Log, MerkleNode
+
+
+class LedgerLookupError(LookupError):
+    """The log, entry, checkpoint or tree size asked for does not exist."""
+
+
+def get_log(*, origin: str) -> Log:
+    log = Log.objects.filter(origin=origin).first()
+    if log is None:
+        raise LedgerLookupError(f"no log with origin {origin!r}")
+    return log
+
+
+def latest_checkpoint(*, log: Log) -> Checkpoint | None:
+    return Checkpoint.objects.filter(log=log).order_by("-size").first()
+
+
+def checkpoint_for_proof(*, log: Log, index: int, size: int | None = None) -> Checkpoint:
+    """The signed checkpoint a proof of entry `index` is made against: of `size`, or the latest."""
+    if size is None:
+        checkpoint = latest_checkpoint(log=log)
+        if checkpoint is None:
+            raise LedgerLookupError(f"log {log.origin} has no signed checkpoint yet")
+    else:
+        checkpoint = Checkpoint.objects.filter(log=log, size=size).first()
+        if checkpoint is None:
+            raise LedgerLookupError(f"log {log.origin} has no signed checkpoint of size {size}")
+    if not 0 <= index < checkpoint.size:
+        raise LedgerLookupError(
+            f"entry {index} is not covered by the checkpoint of size {checkpoint.size}"
+        )
+    return checkpoint
+
+
+def get_entry(*, log: Log, seq: int) -> LedgerEntry:
+    row = Entry.objects.filter(log=log, seq=seq).first()
+    if row is None:
+        raise LedgerLookupError(f"log {log.origin} has no entry {seq}")
+    return _to_ledger_entry(row)
+
+
+def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
+    """The stored hashes of these perfect subtrees, in at most two queries."""
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for level, index in node_ids:
+        by_level[level].append(index)
+    found: dict[NodeId, bytes] = {}
+    leaves = by_level.pop(0, [])
+    if leaves:
+        for seq, entry_hash in Entry.objects.filter(log=log, seq__in=leaves).values_list(
+            "seq", "entry_hash"
+        ):
+            found[(0, seq)] = bytes(entry_hash)
+    if by_level:
+        query = Q()
+        for level, indexes in by_level.items():
+            query |= Q(level=level, index__in=indexes)
+        for level, index, node in MerkleNode.objects.filter(query, log=log).values_list(
+            "level", "index", "hash"
+        ):
+            found[(level, index)] = bytes(node)
+    missing = node_ids - found.keys()
+    if missing:
+        raise LedgerLookupError(f"log {log.origin} is missing stored nodes {sorted(missing)[:5]}")
+    return found
+
+
+def inclusion_proof(*, log: Log, index: int, size: int) -> list[bytes]:
+    _check_size(log, size)
+    ranges = merkle.inclusion_ranges(index, size)
+    return merkle.hashes_for_ranges(
+        ranges, fetch_nodes(log=log, node_ids=merkle.nodes_for_ranges(ranges))
+    )
+
+
+def consistency_proof(*, log: Log, old_size: int, new_size: int) -> list[bytes]:
+    _check_size(log, new_size)
+    ranges = merkle.consistency_ranges(old_size, new_size)
+    return merkle.hashes_for_ranges(
+        ranges, fetch_nodes(log=log, node_ids=merkle.nodes_for_ranges(ranges))
+    )
+
+
+def root_at(*, log: Log, size: int) -> bytes:
+    _check_size(log, size)
+    if size == 0:
+        return merkle.EMPTY_ROOT
+    return merkle.range_hash(
+        0, size, fetch_nodes(log=log, node_ids=set(merkle.perfect_subtrees(0, size)))
+    )
+
+
+def tlog_proof(*, log: Log, index: int, size: int | None = None) -> TlogProof:
+    checkpoint = checkpoint_for_proof(log=log, index=index, size=size)
+    return make_tlog_proof(
+        index=index,
+        hashes=inclusion_proof(log=log, index=index, size=checkpoint.size),
+        signed_checkpoint=checkpoint.note,
+    )
+
+
+def iter_entries(*, log: Log, chunk_size: int = 2000) -> Iterator[LedgerEntry]:
+    rows = Entry.objects.filter(log=log).order_by("seq")
+    for row in rows.iterator(chunk_size=chunk_size):
+        yield _to_ledger_entry(row)
+
+
+def iter_nodes(*, log: Log, chunk_size: int = 2000) -> Iterator[tuple[NodeId, bytes]]:
+    """Stored internal nodes in the order appends wrote them (which is id order)."""
+    rows = MerkleNode.objects.filter(log=log).order_by("id").values_list("level", "index", "hash")
+    for level, index, node in rows.iterator(chunk_size=chunk_size):
+        yield (level, index), bytes(node)
+
+
+def signed_checkpoints(*, log: Log) -> list[SignedCheckpoint]:
+    return [
+        SignedCheckpoint(size=size, note=note)
+        for size, note in Checkpoint.objects.filter(log=log).values_list("size", "note")
+    ]
+
+
+def log_head(*, log: Log) -> LogHead:
+    fresh = Log.objects.get(pk=log.pk)
+    return LogHead(
+        size=fresh.size, head_hash=bytes(fresh.head_hash), frontier=bytes(fresh.frontier)
+    )
+
+
+def _check_size(log: Log, size: int) -> None:
+    current = Log.objects.filter(pk=log.pk).values_list("size", flat=True).get()
+    if not 0 <= size <= current:
+        raise LedgerLookupError(f"log {log.origin} has {current} entries; no tree of size {size}")
+
+
+def _to_ledger_entry(row: Entry) -> LedgerEntry:
+    return LedgerEntry(
+        seq=row.seq,
+        kind=row.kind,
+        effect_id=row.effect_id,
+        body=bytes(row.body),
+        created_at=row.created_at,
+        prev_hash=bytes(row.prev_hash),
+        entry_hash=bytes(row.entry_hash),
+    )

@@ -1,0 +1,21 @@
+"""Periodic checkpoint signing (Celery beat runs it; see CELERY_BEAT_SCHEDULE)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db.models import F, Max
+from django.db.models.functions import Coalesce
+
+from ledger import services
+from ledger.keys import load_signing_key
+from ledger.models import Log
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def sign_due_checkpoints() -> list[int]:
+    """Sign a checkpoint for every log that grew since its last one; rerunning signs nothing new."""
+    signer = load_signing_key()
+    due = Log.objects.annotate(signed=Coalesce(Max("checkpoints__size"), -1)).filter(
+        size__gt=F("signed")
+    )
+    return [services.sign_checkpoint(log=log, signer=signer).pk for log in due]

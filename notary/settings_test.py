@@ -1,0 +1,13 @@
+"""Test settings: the real settings, pointed at PostgreSQL and Redis unless told otherwise."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/interlock")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "true")
+
+from notary.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
