@@ -154,8 +154,13 @@ def _to_ledger_entry(row: Entry) -> LedgerEntry:
         seq=row.seq,
         kind=row.kind,
         effect_id=row.effect_id,
-        body=bytes(row.body),
+        body=_blob(row.body),
         created_at=row.created_at,
-        prev_hash=bytes(row.prev_hash),
-        entry_hash=bytes(row.entry_hash),
+        prev_hash=_blob(row.prev_hash),
+        entry_hash=_blob(row.entry_hash),
     )
+
+
+def _blob(value: bytes | memoryview | str) -> bytes:
+    # SQLite stores whatever a writer hands it; text where bytes belong is for verify to flag.
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)

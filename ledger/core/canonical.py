@@ -42,7 +42,10 @@ def parse_canonical(data: bytes) -> Any:
     try:
         text = data.decode("utf-8")
         value = json.loads(
-            text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys
+            text,
+            parse_constant=_refuse_constant,
+            parse_int=_parse_integer,
+            object_pairs_hook=_refuse_duplicate_keys,
         )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc
@@ -123,6 +126,12 @@ def _format_number(value: float, path: str) -> str:
         head = digits[0] + ("." + digits[1:] if k > 1 else "")
         text = f"{head}e{sign_e}{abs(exponent)}"
     return sign + text
+
+
+def _parse_integer(text: str) -> int | float:
+    # Past 2**53 an integer spelling can only be a large double printed without an exponent.
+    value = int(text)
+    return value if abs(value) <= MAX_SAFE_INTEGER else float(value)
 
 
 def _refuse_constant(name: str) -> Any:

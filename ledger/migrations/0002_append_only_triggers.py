@@ -24,7 +24,8 @@ $$ LANGUAGE plpgsql;
 def create_triggers(apps: Any, schema_editor: Any) -> None:
     vendor = schema_editor.connection.vendor
     if vendor == "postgresql":
-        schema_editor.execute(POSTGRES_FUNCTION)
+        # params=None: the function body holds % placeholders of its own (RAISE formats).
+        schema_editor.execute(POSTGRES_FUNCTION, params=None)
         for table in APPEND_ONLY_TABLES:
             schema_editor.execute(
                 f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "

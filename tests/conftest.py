@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.conf import LazySettings
+
+from ledger import services
+from ledger.core.note import Signer
+from ledger.keys import write_signing_key
+from ledger.models import Log
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def signing_key_file(tmp_path: Path, settings: LazySettings) -> Path:
+    """A fresh notary signing key, installed as NOTARY_SIGNING_KEY_FILE for this test."""
+    path = tmp_path / "signing.key"
+    write_signing_key(path=path, name="test.interlock.example")
+    settings.NOTARY_SIGNING_KEY_FILE = path
+    return path
+
+
+@pytest.fixture
+def signer(signing_key_file: Path) -> Signer:
+    from ledger.keys import load_signing_key
+
+    return load_signing_key(signing_key_file)
+
+
+@pytest.fixture
+def make_log(db: None) -> Callable[[], Log]:
+    def make() -> Log:
+        return services.ensure_log(origin=f"test.interlock.example/{secrets.token_hex(6)}")
+
+    return make
+
+
+@pytest.fixture
+def log(make_log: Callable[[], Log]) -> Log:
+    return make_log()

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger.core.canonical import (
+    MAX_SAFE_INTEGER,
+    CanonicalJSONError,
+    canonical_json,
+    parse_canonical,
+)
+
+
+def test_keys_are_sorted_by_utf16_code_units_without_white_space() -> None:
+    # RFC 8785 §3.2.3's sorting example: U+1F600 (a surrogate pair) sorts before U+E000 in UTF-16.
+    value = {"\u20ac": "Euro", "\r": "CR", "\ufb33": "Hebrew", "1": "One", "\U0001f600": "Emoji",
+             "\u0080": "Control", "\u00f6": "Latin"}  # fmt: skip
+    encoded = canonical_json(value).decode("utf-8")
+    keys = list(json.loads(encoded, object_pairs_hook=lambda pairs: [k for k, _ in pairs]))
+    assert keys == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
+    assert " " not in encoded.replace("\u0080", "")
+
+
+@pytest.mark.parametrize(
+    ("number", "expected"),
+    [
+        # RFC 8785 Appendix B number samples.
+        (0.0, "0"),
+        (-0.0, "0"),
+        (1e21, "1e+21"),
+        (1e20, "100000000000000000000"),
+        (333333333.3333333, "333333333.3333333"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (9007199254740992.0, "9007199254740992"),
+        (0.000001, "0.000001"),
+        (1e-7, "1e-7"),
+        (-1.5e-10, "-1.5e-10"),
+        (100.0, "100"),
+        (4.5, "4.5"),
+    ],
+)
+def test_numbers_print_as_ecmascript_does(number: float, expected: str) -> None:
+    assert canonical_json(number) == expected.encode()
+
+
+def test_strings_escape_only_what_json_requires() -> None:
+    assert canonical_json('é\u2028\x01\n"\\/') == '"é\u2028\\u0001\\n\\"\\\\/"'.encode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        {1: "x"},
+        {("a",): 1},
+        MAX_SAFE_INTEGER + 1,
+        -(MAX_SAFE_INTEGER + 1),
+        b"bytes",
+        {1.5},
+        object(),
+        "\ud800",
+        {"nested": [1, {"deeper": math.nan}]},
+    ],
+)
+def test_values_without_a_canonical_form_are_refused(value: object) -> None:
+    with pytest.raises(CanonicalJSONError):
+        canonical_json(value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"b":1,"a":2}',
+        b'{"a": 1}',
+        b'{"a":1,"a":1}',
+        b"NaN",
+        b'{"a":Infinity}',
+        b"1.0",
+        b'"\\u00e9"',
+        b"\xff",
+        b"",
+        b'{"a":1}\n',
+    ],
+)
+def test_parse_refuses_bytes_that_are_not_canonical(data: bytes) -> None:
+    with pytest.raises(CanonicalJSONError):
+        parse_canonical(data)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_encoding_round_trips_and_is_a_fixed_point(value: object) -> None:
+    encoded = canonical_json(value)
+    decoded = parse_canonical(encoded)
+    assert canonical_json(decoded) == encoded
+    # Canonical bytes are plain JSON: a parser reading numbers as doubles gets the same value.
+    assert json.loads(encoded, parse_int=float) == json.loads(json.dumps(value), parse_int=float)

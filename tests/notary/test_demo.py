@@ -1,0 +1,66 @@
+"""`make demo`'s path on the embedded default: SQLite under a fresh var/, no servers."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def manage(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(DJANGO_SETTINGS_MODULE="notary.settings", NOTARY_VAR_DIR=str(var_dir))
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_demo_runs_on_sqlite_and_verifies(tmp_path: Path) -> None:
+    assert manage(tmp_path, "migrate", "--verbosity", "0").returncode == 0
+    result = manage(tmp_path, "demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert (tmp_path / "notary.sqlite3").exists()
+    assert (tmp_path / "signing.key").exists()
+    assert "c2sp.org/tlog-proof@v1" in out
+    assert re.search(r"^\S+\+[0-9a-f]{8}\+A[A-Za-z0-9+/]{43}$", out, re.MULTILINE), "no vkey"
+    assert "included in the tree of size 4: VERIFIED" in out
+    assert "consistency proof from size 4 verifies" in out
+    assert re.search(r"^OK \S+: 5 entries, 3 Merkle nodes, 2 signed checkpoints", out, re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_sqlite_triggers_refuse_changes_and_verify_ledger_exits_nonzero_on_tamper(
+    tmp_path: Path,
+) -> None:
+    assert manage(tmp_path, "migrate", "--verbosity", "0").returncode == 0
+    assert manage(tmp_path, "demo", "--origin", "demo.interlock.example/t").returncode == 0
+    database = sqlite3.connect(tmp_path / "notary.sqlite3")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        database.execute("UPDATE ledger_entry SET body = X'7B7D' WHERE seq = 1")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        database.execute("DELETE FROM ledger_checkpoint")
+
+    database.execute("DROP TRIGGER ledger_entry_no_update")
+    database.execute("""UPDATE ledger_entry SET body = '{"forged":true}' WHERE seq = 1""")
+    database.commit()
+    database.close()
+    result = manage(tmp_path, "verify_ledger", "--log", "demo.interlock.example/t")
+    assert result.returncode == 1
+    assert "FAIL at seq 1: entry hash does not match" in result.stderr
+    missing = manage(tmp_path, "verify_ledger", "--log", "nope.example/log")
+    assert missing.returncode == 1
+    assert "no log with origin 'nope.example/log'" in missing.stderr
