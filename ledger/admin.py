@@ -1,0 +1,71 @@
+"""Read-only admin for the ledger: it can be looked at, never edited, through the admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from ledger.core.canonical import CanonicalJSONError, parse_canonical
+from ledger.models import Checkpoint, Entry, Log
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.fields or ()
+
+
+@admin.register(Log)
+class LogAdmin(ReadOnlyAdmin):
+    list_display = ["origin", "size", "created_at"]
+    search_fields = ["origin"]
+    fields = ["origin", "size", "head_hash_hex", "created_at"]
+
+    @admin.display(description="head hash")
+    def head_hash_hex(self, obj: Log) -> str:
+        return bytes(obj.head_hash).hex()
+
+
+@admin.register(Entry)
+class EntryAdmin(ReadOnlyAdmin):
+    list_display = ["seq", "kind", "effect_id", "log", "created_at"]
+    list_filter = ["kind", "log"]
+    search_fields = ["effect_id"]
+    ordering = ["log", "-seq"]
+    list_select_related = ["log"]
+    fields = ["log", "seq", "kind", "effect_id", "created_at", "body_text", "prev_hex", "hash_hex"]
+
+    @admin.display(description="body")
+    def body_text(self, obj: Entry) -> str:
+        raw = bytes(obj.body)
+        try:
+            parse_canonical(raw)
+        except CanonicalJSONError:
+            return f"(not canonical JSON) {raw!r}"
+        return raw.decode("utf-8")
+
+    @admin.display(description="prev hash")
+    def prev_hex(self, obj: Entry) -> str:
+        return bytes(obj.prev_hash).hex()
+
+    @admin.display(description="entry hash")
+    def hash_hex(self, obj: Entry) -> str:
+        return bytes(obj.entry_hash).hex()
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["log", "size", "created_at"]
+    list_filter = ["log"]
+    ordering = ["log", "-size"]
+    fields = ["log", "size", "note", "created_at"]
