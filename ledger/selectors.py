@@ -5,7 +5,7 @@ A proof asks for the O(log n) perfect subtrees it needs in one query, never a sc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from django.db.models import Q
 
@@ -116,13 +116,14 @@ def tlog_proof(*, log: Log, index: int, size: int | None = None) -> TlogProof:
     )
 
 
-def iter_entries(*, log: Log, chunk_size: int = 2000) -> Iterator[LedgerEntry]:
+def iter_entries(*, log: Log, chunk_size: int = 2000) -> Generator[LedgerEntry]:
+    """Entries in seq order through a server-side cursor; close() the iterator if you stop early."""
     rows = Entry.objects.filter(log=log).order_by("seq")
     for row in rows.iterator(chunk_size=chunk_size):
         yield _to_ledger_entry(row)
 
 
-def iter_nodes(*, log: Log, chunk_size: int = 2000) -> Iterator[tuple[NodeId, bytes]]:
+def iter_nodes(*, log: Log, chunk_size: int = 2000) -> Generator[tuple[NodeId, bytes]]:
     """Stored internal nodes in the order appends wrote them (which is id order)."""
     rows = MerkleNode.objects.filter(log=log).order_by("id").values_list("level", "index", "hash")
     for level, index, node in rows.iterator(chunk_size=chunk_size):

@@ -3,9 +3,11 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.conf import LazySettings
+from django.db import connection
 
 from ledger import services
 from ledger.core.note import Signer
@@ -13,6 +15,13 @@ from ledger.keys import write_signing_key
 from ledger.models import Log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def child_database_url() -> str:
+    """The test database this process is connected to, as a child process's DATABASE_URL."""
+    db = connection.settings_dict
+    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
 @pytest.fixture

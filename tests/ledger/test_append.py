@@ -168,6 +168,25 @@ def test_the_database_refuses_update_and_delete_of_ledger_rows(
     assert _snapshot(log) == before
 
 
+@pytest.mark.parametrize("table", ["ledger_entry", "ledger_merklenode", "ledger_checkpoint"])
+def test_the_database_refuses_truncate_of_ledger_tables(
+    log: Log, signer: Signer, table: str
+) -> None:
+    _fill(log, 4)
+    services.sign_checkpoint(log=log, signer=signer)
+    before = _snapshot(log)
+    with (
+        pytest.raises(DatabaseError, match="append-only: TRUNCATE"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        # The test settings allow TRUNCATE for teardown; an ordinary session does not.
+        cursor.execute("SET LOCAL ledger.allow_truncate = 'off'")
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no pending FK checks to trip on first
+        cursor.execute(f"TRUNCATE {table} CASCADE")
+    assert _snapshot(log) == before
+
+
 def test_the_orm_cannot_change_or_delete_entries_either(log: Log) -> None:
     _fill(log, 2)
     before = _snapshot(log)

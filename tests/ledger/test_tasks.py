@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from ledger import services
 from ledger.core.checkpoint import log_verifier, open_checkpoint
@@ -17,7 +16,7 @@ from ledger.core.note import Signer
 from ledger.models import Checkpoint, Log
 from ledger.tasks import sign_due_checkpoints
 from notary.celery import app
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, child_database_url
 
 
 def test_sign_due_checkpoints_signs_logs_that_grew_and_is_safe_to_rerun(
@@ -43,14 +42,10 @@ def test_a_real_worker_signs_checkpoints_from_the_redis_queue(
     log = services.ensure_log(origin=f"worker.interlock.example/{secrets.token_hex(4)}")
     services.append_entry(log=log, kind="PROPOSED", body={"n": 1})
     queue = f"test-{secrets.token_hex(4)}"
-    settings_dict = connection.settings_dict
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "notary.settings",
-        "DATABASE_URL": (
-            f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:"
-            f"{settings_dict['PORT']}/{settings_dict['NAME']}"
-        ),
+        "DATABASE_URL": child_database_url(),
         "REDIS_URL": app.conf.broker_url,
         "CELERY_TASK_ALWAYS_EAGER": "false",
         "NOTARY_SIGNING_KEY_FILE": str(signing_key_file),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import base64
+from contextlib import closing
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -34,18 +35,24 @@ class Command(BaseCommand):
         except (selectors.LedgerLookupError, SigningKeyError, NoteError) as exc:
             raise CommandError(str(exc)) from exc
         head = selectors.log_head(log=log)
-        with tqdm(
-            total=head.size,
-            unit="entry",
-            desc=f"verify {log.origin}",
-            disable=options["no_progress"],
-            file=self.stderr,
-        ) as bar:
+        # closing(): a failure stops the walk early, and the server-side cursors behind the two
+        # iterators must be closed then, not whenever the garbage collector gets to them.
+        with (
+            closing(selectors.iter_entries(log=log)) as entries,
+            closing(selectors.iter_nodes(log=log)) as nodes,
+            tqdm(
+                total=head.size,
+                unit="entry",
+                desc=f"verify {log.origin}",
+                disable=options["no_progress"],
+                file=self.stderr,
+            ) as bar,
+        ):
             try:
                 report = verify_log(
                     origin=log.origin,
-                    entries=selectors.iter_entries(log=log),
-                    nodes=selectors.iter_nodes(log=log),
+                    entries=entries,
+                    nodes=nodes,
                     checkpoints=selectors.signed_checkpoints(log=log),
                     verifiers=verifiers,
                     head=head,
