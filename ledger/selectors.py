@@ -4,10 +4,9 @@ A proof asks for the O(log n) perfect subtrees it needs in one query, never a sc
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Generator
 
-from django.db.models import Q
+from django.db import connection
 
 from ledger.core import merkle
 from ledger.core.checkpoint import TlogProof, make_tlog_proof
@@ -57,25 +56,30 @@ def get_entry(*, log: Log, seq: int) -> LedgerEntry:
 
 
 def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
-    """The stored hashes of these perfect subtrees, in at most two queries."""
-    by_level: dict[int, list[int]] = defaultdict(list)
-    for level, index in node_ids:
-        by_level[level].append(index)
-    found: dict[NodeId, bytes] = {}
-    leaves = by_level.pop(0, [])
+    """The stored hashes of these perfect subtrees, in one query (leaves are entry hashes)."""
+    leaves = sorted(index for level, index in node_ids if level == 0)
+    inner = sorted(node for node in node_ids if node[0] > 0)
+    parts: list[str] = []
+    params: list[int] = []
     if leaves:
-        for seq, entry_hash in Entry.objects.filter(log=log, seq__in=leaves).values_list(
-            "seq", "entry_hash"
-        ):
-            found[(0, seq)] = bytes(entry_hash)
-    if by_level:
-        query = Q()
-        for level, indexes in by_level.items():
-            query |= Q(level=level, index__in=indexes)
-        for level, index, node in MerkleNode.objects.filter(query, log=log).values_list(
-            "level", "index", "hash"
-        ):
-            found[(level, index)] = bytes(node)
+        marks = ", ".join(["%s"] * len(leaves))
+        parts.append(
+            f"SELECT 0, seq, entry_hash FROM {Entry._meta.db_table} "
+            f"WHERE log_id = %s AND seq IN ({marks})"
+        )
+        params += [log.pk, *leaves]
+    if inner:
+        pairs = ", ".join(["(%s, %s)"] * len(inner))
+        parts.append(
+            f'SELECT level, "index", hash FROM {MerkleNode._meta.db_table} '
+            f'WHERE log_id = %s AND (level, "index") IN (VALUES {pairs})'
+        )
+        params += [log.pk, *(value for node in inner for value in node)]
+    found: dict[NodeId, bytes] = {}
+    if parts:
+        with connection.cursor() as cursor:
+            cursor.execute(" UNION ALL ".join(parts), params)
+            found = {(level, index): _blob(node) for level, index, node in cursor.fetchall()}
     missing = node_ids - found.keys()
     if missing:
         raise LedgerLookupError(f"log {log.origin} is missing stored nodes {sorted(missing)[:5]}")

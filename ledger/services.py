@@ -11,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
+from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
-from ledger.core.merkle import Frontier
+from ledger.core.merkle import Frontier, NodeId
 from ledger.core.note import Signer, is_valid_key_name
 from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode
 
@@ -57,22 +58,29 @@ def append_entry(
 
 
 def append_entries(*, log: Log, items: Sequence[NewEntry]) -> list[Entry]:
-    """Append entries in order, all in one transaction; return them with their seqs."""
+    """Append entries in order, all in one transaction; return them with their seqs.
+
+    Everything that can be done without the lock (encoding, validation) is done before taking
+    it, and the locked part is four plain statements: with every appender of the log queued
+    behind this one until commit, time under the lock is the log's throughput."""
     prepared = [(_encode_body(item.body), item) for item in items]
     for body, item in prepared:
         try:
             check_entry_fields(kind=item.kind, effect_id=item.effect_id, body=body)
         except EntryError as exc:
             raise LedgerInputError(str(exc)) from exc
-    with transaction.atomic():
-        locked = Log.objects.select_for_update().get(pk=log.pk)
-        frontier = Frontier.from_bytes(locked.size, bytes(locked.frontier))
-        prev_hash = bytes(locked.head_hash)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # SQLite has no row locks; its IMMEDIATE transactions (settings) serialize writers instead.
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        cursor.execute(_READ_HEAD + lock, [log.pk])
+        size, head_hash, frontier_bytes = cursor.fetchone()
+        frontier = Frontier.from_bytes(size, bytes(frontier_bytes))
+        prev_hash = bytes(head_hash)
         now = timezone.now()
-        entries: list[Entry] = []
-        nodes: list[MerkleNode] = []
+        sealed: list[LedgerEntry] = []
+        nodes: list[tuple[NodeId, bytes]] = []
         for body, item in prepared:
-            sealed = seal_entry(
+            entry = seal_entry(
                 seq=frontier.size,
                 kind=item.kind,
                 effect_id=item.effect_id,
@@ -80,31 +88,14 @@ def append_entries(*, log: Log, items: Sequence[NewEntry]) -> list[Entry]:
                 created_at=now,
                 prev_hash=prev_hash,
             )
-            entries.append(
-                Entry(
-                    log=locked,
-                    seq=sealed.seq,
-                    kind=sealed.kind,
-                    effect_id=sealed.effect_id,
-                    body=sealed.body,
-                    prev_hash=sealed.prev_hash,
-                    entry_hash=sealed.entry_hash,
-                    created_at=sealed.created_at,
-                )
-            )
-            nodes.extend(
-                MerkleNode(log=locked, level=level, index=index, hash=node)
-                for (level, index), node in frontier.append(sealed.entry_hash)
-            )
-            prev_hash = sealed.entry_hash
-        Entry.objects.bulk_create(entries)
-        if nodes:
-            MerkleNode.objects.bulk_create(nodes)
-        Log.objects.filter(pk=locked.pk).update(
-            size=frontier.size, head_hash=prev_hash, frontier=frontier.to_bytes()
-        )
+            nodes.extend(frontier.append(entry.entry_hash))
+            sealed.append(entry)
+            prev_hash = entry.entry_hash
+        ids = _insert_entries(cursor, log_id=log.pk, entries=sealed)
+        _insert_nodes(cursor, log_id=log.pk, nodes=nodes)
+        cursor.execute(_UPDATE_HEAD, [frontier.size, prev_hash, frontier.to_bytes(), log.pk])
     log.size, log.head_hash, log.frontier = frontier.size, prev_hash, frontier.to_bytes()
-    return entries
+    return [_entry_row(ids[entry.seq], log, entry) for entry in sealed]
 
 
 def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
@@ -120,6 +111,62 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
         return Checkpoint.objects.create(
             log=locked, size=locked.size, root=root, note=text.sign(signer)
         )
+
+
+_ENTRY_TABLE = Entry._meta.db_table
+_NODE_TABLE = MerkleNode._meta.db_table
+_LOG_TABLE = Log._meta.db_table
+_READ_HEAD = f"SELECT size, head_hash, frontier FROM {_LOG_TABLE} WHERE id = %s"
+_UPDATE_HEAD = f"UPDATE {_LOG_TABLE} SET size = %s, head_hash = %s, frontier = %s WHERE id = %s"
+_ENTRY_COLUMNS = "log_id, seq, kind, effect_id, body, prev_hash, entry_hash, created_at"
+_ROWS_PER_INSERT = 100  # keeps statements far below every backend's placeholder limit
+
+
+def _insert_entries(cursor: Any, *, log_id: int, entries: Sequence[LedgerEntry]) -> dict[int, int]:
+    """Insert entry rows; return their primary keys by seq."""
+    ids: dict[int, int] = {}
+    for start in range(0, len(entries), _ROWS_PER_INSERT):
+        chunk = entries[start : start + _ROWS_PER_INSERT]
+        params: list[Any] = []
+        for e in chunk:
+            created_at = connection.ops.adapt_datetimefield_value(e.created_at)
+            params += [log_id, e.seq, e.kind, e.effect_id, e.body, e.prev_hash, e.entry_hash]
+            params.append(created_at)
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+        cursor.execute(
+            f"INSERT INTO {_ENTRY_TABLE} ({_ENTRY_COLUMNS}) VALUES {values} RETURNING id, seq",
+            params,
+        )
+        ids.update((seq, pk) for pk, seq in cursor.fetchall())
+    return ids
+
+
+def _insert_nodes(cursor: Any, *, log_id: int, nodes: Sequence[tuple[NodeId, bytes]]) -> None:
+    # Inserted in completion order, so id order is append order (verify_log relies on it).
+    for start in range(0, len(nodes), _ROWS_PER_INSERT):
+        chunk = nodes[start : start + _ROWS_PER_INSERT]
+        params = [v for (level, index), node in chunk for v in (log_id, level, index, node)]
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+        cursor.execute(
+            f'INSERT INTO {_NODE_TABLE} (log_id, level, "index", hash) VALUES {values}', params
+        )
+
+
+def _entry_row(pk: int, log: Log, entry: LedgerEntry) -> Entry:
+    row = Entry(
+        id=pk,
+        log=log,
+        seq=entry.seq,
+        kind=entry.kind,
+        effect_id=entry.effect_id,
+        body=entry.body,
+        prev_hash=entry.prev_hash,
+        entry_hash=entry.entry_hash,
+        created_at=entry.created_at,
+    )
+    row._state.adding = False
+    row._state.db = connection.alias
+    return row
 
 
 def _encode_body(body: Mapping[str, Any] | bytes) -> bytes:
