@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ledger.core.checkpoint import CheckpointError, open_checkpoint
-from ledger.core.entries import Entry, EntryError, check_entry_fields, genesis_hash, seal_entry
-from ledger.core.merkle import Frontier, NodeId
+from ledger.core.entries import Entry, EntryError, check_entry_fields, genesis_hash
+from ledger.core.merkle import Frontier, NodeId, leaf_hash
 from ledger.core.note import Verifier
 
 
@@ -105,15 +105,7 @@ def verify_log(
             check_entry_fields(kind=entry.kind, effect_id=entry.effect_id, body=entry.body)
         except EntryError as exc:
             raise LogVerificationError(expected, str(exc)) from exc
-        sealed = seal_entry(
-            seq=entry.seq,
-            kind=entry.kind,
-            effect_id=entry.effect_id,
-            body=entry.body,
-            created_at=entry.created_at,
-            prev_hash=entry.prev_hash,
-        )
-        if sealed.entry_hash != entry.entry_hash:
+        if leaf_hash(entry.leaf_bytes()) != entry.entry_hash:
             raise LogVerificationError(expected, "entry hash does not match the entry's contents")
         for node_id, node in frontier.append(entry.entry_hash):
             stored = next(stored_nodes, None)
