@@ -1,0 +1,118 @@
+"""Every command docker-compose runs is a real entry point of the project, and the production
+ones start: gunicorn serves the WSGI app with DEBUG off, Celery beat loads its schedule."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.core.management import get_commands
+
+from notary.celery import app
+from tests.conftest import REPO_ROOT
+
+COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+
+
+def _command(service: str) -> list[str]:
+    command: Any = COMPOSE["services"][service]["command"]
+    return command if isinstance(command, list) else shlex.split(command)
+
+
+def test_compose_runs_postgres_redis_web_worker_and_beat() -> None:
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(COMPOSE["services"])
+
+
+def test_every_manage_py_command_in_compose_exists() -> None:
+    script = " ".join(_command("init"))
+    used = {part.split()[0] for part in script.split("manage.py ")[1:]}
+    assert used == {"migrate", "generate_signing_key"}
+    assert used <= set(get_commands())
+
+
+def test_compose_celery_commands_name_the_project_app() -> None:
+    for service, role in (("worker", "worker"), ("beat", "beat")):
+        command = _command(service)
+        assert command[:3] == ["celery", "--app", "notary"]
+        assert command[3] == role
+    assert app.main == "notary"
+    app.loader.import_default_modules()  # what a worker does at start: autodiscover tasks
+    scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert scheduled == {"ledger.tasks.sign_due_checkpoints"}
+    assert scheduled <= set(app.tasks)
+
+
+def test_compose_environment_names_settings_the_notary_reads() -> None:
+    settings_source = (REPO_ROOT / "notary" / "settings.py").read_text()
+    for name in COMPOSE["x-notary"]["environment"]:
+        assert f'"{name}"' in settings_source, f"{name} is not read by notary/settings.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _production_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "notary.settings",
+        "DEBUG": "false",
+        "SECRET_KEY": "test-only-" + "x" * 40,
+        "NOTARY_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    }
+
+
+@pytest.mark.slow
+def test_gunicorn_serves_the_wsgi_app_from_compose(tmp_path: Path) -> None:
+    command = _command("web")
+    assert command[:2] == ["gunicorn", "notary.wsgi:application"]
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", command[1], "--bind", f"127.0.0.1:{port}"],
+        cwd=REPO_ROOT,
+        env=_production_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+                    assert reply.status == 200
+                    assert reply.read() == b'{"status": "ok"}'
+                    break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "gunicorn did not answer within 30 s"
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key(tmp_path: Path) -> None:
+    env = _production_env(tmp_path)
+    del env["SECRET_KEY"]
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
