@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -63,7 +64,8 @@ def _encode(value: Any, out: list[str], path: str) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
+        # The C string escaper json.dumps(..., ensure_ascii=False) uses, without its set-up cost.
+        out.append(encode_basestring(value))
     elif isinstance(value, int):
         if abs(value) > MAX_SAFE_INTEGER:
             raise CanonicalJSONError(f"{path}: integer {value} does not fit an IEEE-754 double")
@@ -78,7 +80,7 @@ def _encode(value: Any, out: list[str], path: str) -> None:
         for i, key in enumerate(sorted(value, key=_utf16_order)):
             if i:
                 out.append(",")
-            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(encode_basestring(key))
             out.append(":")
             _encode(value[key], out, f"{path}.{key}")
         out.append("}")

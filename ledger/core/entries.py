@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,7 @@ from ledger.core.merkle import leaf_hash
 
 ENTRY_VERSION = 1
 MAX_EFFECT_ID_LENGTH = 128
+_EFFECT_ID = re.compile(rf"[A-Za-z0-9_-]{{0,{MAX_EFFECT_ID_LENGTH}}}")
 
 
 class EntryKind(enum.StrEnum):
@@ -84,9 +86,7 @@ def check_entry_fields(*, kind: str, effect_id: str, body: bytes) -> None:
     """Refuse what no entry may hold, before anything is written."""
     if kind not in EntryKind.__members__:
         raise EntryError(f"unknown entry kind {kind!r}; one of: {', '.join(EntryKind)}")
-    if len(effect_id) > MAX_EFFECT_ID_LENGTH or not all(
-        c.isascii() and (c.isalnum() or c in "-_") for c in effect_id
-    ):
+    if not _EFFECT_ID.fullmatch(effect_id):
         raise EntryError(
             f"effect_id must be at most {MAX_EFFECT_ID_LENGTH} characters of [A-Za-z0-9_-]"
         )
