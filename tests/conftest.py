@@ -8,6 +8,7 @@ from urllib.parse import quote
 import pytest
 from django.conf import LazySettings
 from django.db import connection
+from hypothesis import settings as hypothesis_settings
 
 from ledger import services
 from ledger.core.note import Signer
@@ -15,6 +16,10 @@ from ledger.keys import write_signing_key
 from ledger.models import Log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Shared, noisy machines: a slow example is not a failure; only a wrong one is.
+hypothesis_settings.register_profile("interlock", deadline=None)
+hypothesis_settings.load_profile("interlock")
 
 
 def child_database_url() -> str:
