@@ -23,7 +23,7 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy ledger notary
+	$(BIN)/mypy ledger notary gate_client
 
 pytest: $(BIN)/.installed
 	$(BIN)/pytest -n 2

@@ -150,3 +150,37 @@ def seal_entry(
         prev_hash=prev_hash,
         entry_hash=leaf_hash(leaf),
     )
+
+
+_ENVELOPE_KEYS = {"body", "created_at", "effect_id", "kind", "prev_hash", "seq", "v"}
+
+
+def entry_from_leaf(leaf: bytes) -> Entry:
+    """Read an entry back from its exact leaf bytes (a journal line, an export, --entry-out).
+
+    Only bytes that re-encode to themselves are accepted, so the entry hash is the hash of what
+    was read."""
+    try:
+        envelope = parse_canonical(leaf)
+    except CanonicalJSONError as exc:
+        raise EntryError(f"entry is not canonical JSON: {exc}") from exc
+    if not isinstance(envelope, dict) or set(envelope) != _ENVELOPE_KEYS:
+        raise EntryError(f"entry must have exactly the keys {sorted(_ENVELOPE_KEYS)}")
+    if envelope["v"] != ENTRY_VERSION:
+        raise EntryError(f"unknown entry version {envelope['v']!r}")
+    try:
+        created_at = datetime.fromisoformat(envelope["created_at"].replace("Z", "+00:00"))
+        prev_hash = bytes.fromhex(envelope["prev_hash"])
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise EntryError(f"malformed entry field: {exc}") from exc
+    entry = seal_entry(
+        seq=envelope["seq"],
+        kind=envelope["kind"],
+        effect_id=envelope["effect_id"],
+        body=canonical_json(envelope["body"]),
+        created_at=created_at,
+        prev_hash=prev_hash,
+    )
+    if entry.leaf_bytes() != leaf:
+        raise EntryError("entry does not re-encode to the bytes it was read from")
+    return entry

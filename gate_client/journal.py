@@ -1,0 +1,274 @@
+"""Journals: where the gate writes each decision durably before it acts.
+
+`Journal` is the protocol the gate speaks; `LocalJournal` is the embedded default, an append-only
+file of ledger entries (one canonical JSON leaf per line), hash-chained by the ledger core and
+fsync'd before any method returns. The notary-backed journal speaks the same protocol over HTTP.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
+from ledger.core.canonical import canonical_json
+from ledger.core.entries import (
+    Entry,
+    EntryError,
+    EntryKind,
+    entry_from_leaf,
+    genesis_hash,
+    seal_entry,
+)
+
+# Kinds that end a dispatch attempt: after one of these the effect is not in flight.
+OUTCOME_KINDS = frozenset(
+    {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.RESOLVED}
+)
+
+
+class JournalError(Exception):
+    """The journal cannot be read or written; the gate must not act."""
+
+
+class JournalCorruptError(JournalError):
+    def __init__(self, seq: int, reason: str) -> None:
+        super().__init__(f"journal entry {seq}: {reason}")
+        self.seq = seq
+
+
+class AttemptTaken(JournalError):
+    """Another process already recorded this dispatch attempt (compare-and-set lost)."""
+
+    def __init__(self, effect_id: str, attempt: int, current: int) -> None:
+        super().__init__(f"{effect_id}: attempt {attempt} asked, attempt {current} recorded")
+        self.current = current
+
+
+class Journal(Protocol):
+    def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        """Append one entry; return only once it is durable."""
+        ...
+
+    def dispatch(
+        self,
+        *,
+        effect_id: str,
+        attempt: int,
+        lease_id: str,
+        case_id: str,
+        action: str,
+        payload: Mapping[str, Any],
+        payload_hash: str,
+        body: Mapping[str, Any],
+        at_recovery: bool = False,
+    ) -> Entry:
+        """Atomically check the lease and record DISPATCHED attempt `attempt`, or record why
+        not (a REFUSED entry). Raises AttemptTaken if attempt - 1 is not the last attempt."""
+        ...
+
+    def entries(self) -> list[Entry]: ...
+
+    def history(self, effect_id: str) -> list[Entry]: ...
+
+    def in_flight(self) -> list[str]: ...
+
+    def grant_lease(self, lease: Lease) -> Entry: ...
+
+    def revoke_lease(self, lease_id: str, *, by: str, reason: str) -> Entry: ...
+
+    def lease_state(self, lease_id: str) -> LeaseState | None: ...
+
+
+def last_attempt(history: list[Entry]) -> int:
+    return max(
+        (e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED), default=0
+    )
+
+
+def is_in_flight(history: list[Entry]) -> bool:
+    """A dispatch was recorded and nothing after the last one says how it ended."""
+    for entry in reversed(history):
+        if entry.kind in OUTCOME_KINDS:
+            return False
+        if entry.kind == EntryKind.DISPATCHED:
+            return True
+    return False
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LocalJournal:
+    """An append-only, fsync'd, hash-chained file; safe for several processes on one machine.
+
+    Every operation holds an exclusive flock while it reads what other processes appended and
+    writes its own entry, so check-then-append (the lease check, the attempt compare-and-set) is
+    atomic across processes. A line without its newline is a write that a crash cut short before
+    its fsync returned, so nobody acted on it: the next writer truncates it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        origin: str = "gate.local/journal",
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.path = Path(path)
+        self.origin = origin
+        self._clock = clock
+        self._entries: list[Entry] = []
+        self._offset = 0
+        created = not self.path.exists()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        if created:
+            # The new file's directory entry must be durable too.
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        with self._locked():
+            pass
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def entries(self) -> list[Entry]:
+        with self._locked():
+            return list(self._entries)
+
+    def history(self, effect_id: str) -> list[Entry]:
+        with self._locked():
+            return [e for e in self._entries if e.effect_id == effect_id]
+
+    def in_flight(self) -> list[str]:
+        with self._locked():
+            by_effect: dict[str, list[Entry]] = {}
+            for entry in self._entries:
+                if entry.effect_id:
+                    by_effect.setdefault(entry.effect_id, []).append(entry)
+        return [effect_id for effect_id, history in by_effect.items() if is_in_flight(history)]
+
+    def lease_state(self, lease_id: str) -> LeaseState | None:
+        with self._locked():
+            return lease_states(self._entries).get(lease_id)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        with self._locked():
+            return self._append(kind, effect_id, body)
+
+    def grant_lease(self, lease: Lease) -> Entry:
+        with self._locked():
+            if lease.lease_id in lease_states(self._entries):
+                raise JournalError(f"lease {lease.lease_id} was granted already")
+            return self._append(EntryKind.LEASE_GRANTED, "", lease.body())
+
+    def revoke_lease(self, lease_id: str, *, by: str, reason: str) -> Entry:
+        with self._locked():
+            if lease_id not in lease_states(self._entries):
+                raise JournalError(f"no lease {lease_id} to revoke")
+            body = {"lease_id": lease_id, "by": by, "reason": reason}
+            return self._append(EntryKind.LEASE_REVOKED, "", body)
+
+    def dispatch(
+        self,
+        *,
+        effect_id: str,
+        attempt: int,
+        lease_id: str,
+        case_id: str,
+        action: str,
+        payload: Mapping[str, Any],
+        payload_hash: str,
+        body: Mapping[str, Any],
+        at_recovery: bool = False,
+    ) -> Entry:
+        with self._locked():
+            history = [e for e in self._entries if e.effect_id == effect_id]
+            current = last_attempt(history)
+            if attempt != current + 1:
+                raise AttemptTaken(effect_id, attempt, current)
+            refusal = lease_refusal(
+                lease_states(self._entries).get(lease_id),
+                case_id=case_id,
+                action=action,
+                payload=payload,
+                payload_hash=payload_hash,
+                now=self._clock(),
+            )
+            if refusal is not None:
+                reason, detail = refusal
+                if at_recovery:
+                    reason += "_at_recovery"
+                refused = {**body, "reason": reason, "detail": detail, "lease_id": lease_id}
+                return self._append(EntryKind.REFUSED, effect_id, refused)
+            dispatched = {**body, "attempt": attempt, "lease_id": lease_id}
+            return self._append(EntryKind.DISPATCHED, effect_id, dispatched)
+
+    # --- the file --------------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            self._catch_up()
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _catch_up(self) -> None:
+        """Read what was appended since we last looked, checking seq and chain as we go."""
+        size = os.fstat(self._fd).st_size
+        if size == self._offset:
+            return
+        data = os.pread(self._fd, size - self._offset, self._offset)
+        complete = data.rfind(b"\n") + 1
+        for line in data[:complete].splitlines():
+            self._entries.append(self._parse(line))
+        self._offset += complete
+        if complete < len(data):
+            os.ftruncate(self._fd, self._offset)
+            os.fsync(self._fd)
+
+    def _parse(self, line: bytes) -> Entry:
+        seq = len(self._entries)
+        try:
+            entry = entry_from_leaf(line)
+        except EntryError as exc:
+            raise JournalCorruptError(seq, str(exc)) from exc
+        expected_prev = self._entries[-1].entry_hash if self._entries else genesis_hash(self.origin)
+        if entry.seq != seq:
+            raise JournalCorruptError(seq, f"holds seq {entry.seq}")
+        if entry.prev_hash != expected_prev:
+            raise JournalCorruptError(seq, "does not link to the entry before it")
+        return entry
+
+    def _append(self, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        previous = self._entries[-1].entry_hash if self._entries else genesis_hash(self.origin)
+        entry = seal_entry(
+            seq=len(self._entries),
+            kind=kind,
+            effect_id=effect_id,
+            body=canonical_json(dict(body)),
+            created_at=self._clock(),
+            prev_hash=previous,
+        )
+        line = entry.leaf_bytes() + b"\n"
+        written = os.write(self._fd, line)
+        if written != len(line):
+            raise JournalError(f"short write to {self.path}: {written} of {len(line)} bytes")
+        os.fsync(self._fd)
+        self._entries.append(entry)
+        self._offset += len(line)
+        return entry

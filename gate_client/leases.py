@@ -1,0 +1,99 @@
+"""Authority as a lease: who may do what, for which case, up to which limits, until when.
+
+`lease_refusal` is the one rule every journal applies at the instant of dispatch, atomically with
+recording DISPATCHED, so the journal's order alone shows whether the lease was live."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ledger.core.entries import Entry, EntryKind, format_timestamp
+
+
+@dataclass(frozen=True)
+class Lease:
+    lease_id: str
+    case_id: str
+    action: str
+    expires_at: datetime
+    granted_by: str
+    # Numeric payload fields and their maxima, e.g. {"amount_cents": 2000}.
+    limits: Mapping[str, int] = field(default_factory=dict)
+    # When set, the lease approves exactly this payload (sha256 hex of its canonical bytes).
+    payload_hash: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "lease_id": self.lease_id,
+            "case_id": self.case_id,
+            "action": self.action,
+            "expires_at": format_timestamp(self.expires_at),
+            "granted_by": self.granted_by,
+            "limits": dict(self.limits),
+            "payload_hash": self.payload_hash,
+        }
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> Lease:
+        return cls(
+            lease_id=body["lease_id"],
+            case_id=body["case_id"],
+            action=body["action"],
+            expires_at=datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00")),
+            granted_by=body["granted_by"],
+            limits=dict(body["limits"]),
+            payload_hash=body["payload_hash"],
+        )
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    lease: Lease
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+
+
+def lease_states(entries: Iterable[Entry]) -> dict[str, LeaseState]:
+    """Every lease as the journal's LEASE_GRANTED / LEASE_REVOKED entries leave it."""
+    states: dict[str, LeaseState] = {}
+    for entry in entries:
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            lease = Lease.from_body(entry.body_value())
+            states.setdefault(lease.lease_id, LeaseState(lease))
+        elif entry.kind == EntryKind.LEASE_REVOKED:
+            body = entry.body_value()
+            state = states.get(body["lease_id"])
+            if state is not None and state.revoked_at is None:
+                states[body["lease_id"]] = LeaseState(state.lease, entry.created_at, body["by"])
+    return states
+
+
+def lease_refusal(
+    state: LeaseState | None,
+    *,
+    case_id: str,
+    action: str,
+    payload: Mapping[str, Any],
+    payload_hash: str,
+    now: datetime,
+) -> tuple[str, str] | None:
+    """None if the lease covers this dispatch now; else (reason, detail)."""
+    if state is None:
+        return "lease_scope", "no such lease"
+    lease = state.lease
+    if state.revoked_at is not None:
+        return "lease_revoked", f"revoked by {state.revoked_by}"
+    if now >= lease.expires_at:
+        return "lease_expired", f"expired at {format_timestamp(lease.expires_at)}"
+    if lease.case_id != case_id or lease.action != action:
+        return "lease_scope", f"lease covers {lease.action} on {lease.case_id}"
+    if lease.payload_hash is not None and lease.payload_hash != payload_hash:
+        return "lease_scope", "lease approves another payload"
+    for name, maximum in lease.limits.items():
+        value = payload.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value > maximum:
+            return "lease_scope", f"{name}={value!r} exceeds the limit {maximum}"
+    return None

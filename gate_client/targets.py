@@ -1,0 +1,64 @@
+"""What a target allows decides what the gate can promise (DESIGN §3: tiers)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+
+class Tier(enum.IntEnum):
+    DEDUPES = 1  # replays on an idempotency key: resend under the same key
+    LOOKUP = 2  # can be asked whether it acted: look up, then resend only if not found
+    NEITHER = 3  # never resend; ambiguity goes to a person
+
+
+@dataclass(frozen=True)
+class Sent:
+    result_ref: str
+
+
+@dataclass(frozen=True)
+class FailedDefinitively:
+    """The target refused and will not act on this request (a 4xx it means, a declined card)."""
+
+    code: str
+
+
+class InDoubt(Exception):
+    """A timeout or lost response: the target may or may not have acted."""
+
+
+@dataclass(frozen=True)
+class Found:
+    result_ref: str
+
+
+@dataclass(frozen=True)
+class NotFound:
+    pass
+
+
+@dataclass(frozen=True)
+class Unknown:
+    reason: str
+
+
+SendOutcome = Sent | FailedDefinitively
+LookupOutcome = Found | NotFound | Unknown
+
+
+class Target(Protocol):
+    """A service the gate sends effects to. `send` raises InDoubt when it cannot tell."""
+
+    name: str
+    tier: Tier
+    queryable: bool
+    key_window: timedelta | None  # how long the target dedupes on a key; None: not at all
+    max_inflight: timedelta  # the longest a request may still be in flight
+
+    def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome: ...
+
+    def lookup(self, effect_id: str) -> LookupOutcome: ...

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gate_client.leases import Lease, LeaseState, lease_refusal
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LEASE = Lease(
+    lease_id="lease_1",
+    case_id="case_1",
+    action="refund",
+    expires_at=NOW + timedelta(hours=1),
+    granted_by="support@shop.example",
+    limits={"amount_cents": 2000},
+)
+
+
+def refusal(state: LeaseState | None, **overrides: object) -> tuple[str, str] | None:
+    arguments: dict[str, object] = {
+        "case_id": "case_1",
+        "action": "refund",
+        "payload": {"amount_cents": 2000, "payment": "pi_1"},
+        "payload_hash": "h1",
+        "now": NOW,
+    }
+    arguments.update(overrides)
+    return lease_refusal(state, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_live_lease_in_scope_allows_the_dispatch() -> None:
+    assert refusal(LeaseState(LEASE)) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "overrides", "reason"),
+    [
+        (None, {}, "lease_scope"),
+        (
+            LeaseState(LEASE, NOW - timedelta(seconds=1), "finance@shop.example"),
+            {},
+            "lease_revoked",
+        ),
+        (LeaseState(LEASE), {"now": NOW + timedelta(hours=1)}, "lease_expired"),
+        (LeaseState(LEASE), {"case_id": "case_2"}, "lease_scope"),
+        (LeaseState(LEASE), {"action": "email"}, "lease_scope"),
+        (LeaseState(LEASE), {"payload": {"amount_cents": 3000}}, "lease_scope"),
+        (LeaseState(LEASE), {"payload": {"amount_cents": "2000"}}, "lease_scope"),
+        (LeaseState(LEASE), {"payload": {}}, "lease_scope"),
+    ],
+    ids=[
+        "unknown",
+        "revoked",
+        "expired",
+        "other-case",
+        "other-action",
+        "over-limit",
+        "limit-not-a-number",
+        "limit-missing",
+    ],
+)
+def test_each_way_a_lease_fails_is_named(
+    state: LeaseState | None, overrides: dict[str, object], reason: str
+) -> None:
+    result = refusal(state, **overrides)
+    assert result is not None
+    assert result[0] == reason
+
+
+def test_a_lease_for_an_exact_payload_refuses_any_other() -> None:
+    exact = LeaseState(Lease("l2", "case_1", "refund", NOW + timedelta(hours=1), "a", {}, "h1"))
+    assert refusal(exact) is None
+    assert refusal(exact, payload_hash="h2") == ("lease_scope", "lease approves another payload")
+
+
+def test_lease_bodies_round_trip() -> None:
+    assert Lease.from_body(LEASE.body()) == LEASE
