@@ -50,6 +50,15 @@ class AttemptTaken(JournalError):
         self.current = current
 
 
+class LeaseRefused(JournalError):
+    """The lease did not cover the dispatch at the instant it was to be recorded."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
 class Journal(Protocol):
     def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
         """Append one entry; return only once it is durable."""
@@ -66,10 +75,11 @@ class Journal(Protocol):
         payload: Mapping[str, Any],
         payload_hash: str,
         body: Mapping[str, Any],
-        at_recovery: bool = False,
     ) -> Entry:
-        """Atomically check the lease and record DISPATCHED attempt `attempt`, or record why
-        not (a REFUSED entry). Raises AttemptTaken if attempt - 1 is not the last attempt."""
+        """Atomically check the lease and record DISPATCHED attempt `attempt`.
+
+        Raises LeaseRefused (nothing recorded) if the lease does not cover it now, and
+        AttemptTaken if attempt - 1 is not the last recorded attempt."""
         ...
 
     def entries(self) -> list[Entry]: ...
@@ -192,7 +202,6 @@ class LocalJournal:
         payload: Mapping[str, Any],
         payload_hash: str,
         body: Mapping[str, Any],
-        at_recovery: bool = False,
     ) -> Entry:
         with self._locked():
             history = [e for e in self._entries if e.effect_id == effect_id]
@@ -208,11 +217,7 @@ class LocalJournal:
                 now=self._clock(),
             )
             if refusal is not None:
-                reason, detail = refusal
-                if at_recovery:
-                    reason += "_at_recovery"
-                refused = {**body, "reason": reason, "detail": detail, "lease_id": lease_id}
-                return self._append(EntryKind.REFUSED, effect_id, refused)
+                raise LeaseRefused(*refusal)
             dispatched = {**body, "attempt": attempt, "lease_id": lease_id}
             return self._append(EntryKind.DISPATCHED, effect_id, dispatched)
 

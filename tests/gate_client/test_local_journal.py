@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from gate_client.journal import AttemptTaken, JournalCorruptError, JournalError, LocalJournal
+from gate_client.journal import (
+    AttemptTaken,
+    JournalCorruptError,
+    JournalError,
+    LeaseRefused,
+    LocalJournal,
+)
 from gate_client.leases import Lease
 from ledger.core.entries import EntryKind, genesis_hash
 from tests.conftest import REPO_ROOT
@@ -88,9 +94,10 @@ def test_a_damaged_journal_is_refused_naming_the_entry(tmp_path: Path, damage: s
 def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path) -> None:
     clock = [NOW]
     journal = LocalJournal(tmp_path / "journal", clock=lambda: clock[0])
-    refused = dispatch(journal)
-    assert refused.kind == EntryKind.REFUSED  # type: ignore[attr-defined]
-    assert refused.body_value()["reason"] == "lease_scope"  # type: ignore[attr-defined]
+    with pytest.raises(LeaseRefused) as refused:
+        dispatch(journal)
+    assert refused.value.reason == "lease_scope"
+    assert journal.entries() == []  # a refused dispatch records nothing by itself
 
     journal.grant_lease(LEASE)
     first = dispatch(journal)
@@ -102,8 +109,8 @@ def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path
         dispatch(journal, attempt=3)
 
     journal.revoke_lease("lease_1", by="finance", reason="customer disputed")
-    again = dispatch(journal, attempt=2, at_recovery=True)
-    assert again.body_value()["reason"] == "lease_revoked_at_recovery"  # type: ignore[attr-defined]
+    with pytest.raises(LeaseRefused, match="lease_revoked"):
+        dispatch(journal, attempt=2)
     assert journal.in_flight() == ["eff_1"]  # a refused resend does not end attempt 1
     journal.record(kind=EntryKind.AMBIGUOUS, effect_id="eff_1", body={})
     assert journal.in_flight() == []
@@ -113,11 +120,11 @@ def test_expired_and_over_limit_dispatches_are_refused(tmp_path: Path) -> None:
     clock = [NOW]
     journal = LocalJournal(tmp_path / "journal", clock=lambda: clock[0])
     journal.grant_lease(LEASE)
-    over = dispatch(journal, payload={"amount_cents": 3000})
-    assert over.body_value()["reason"] == "lease_scope"  # type: ignore[attr-defined]
+    with pytest.raises(LeaseRefused, match="lease_scope: amount_cents=3000 exceeds"):
+        dispatch(journal, payload={"amount_cents": 3000})
     clock[0] = NOW + timedelta(hours=2)
-    late = dispatch(journal, effect_id="eff_2")
-    assert late.body_value()["reason"] == "lease_expired"  # type: ignore[attr-defined]
+    with pytest.raises(LeaseRefused, match="lease_expired"):
+        dispatch(journal, effect_id="eff_2")
 
 
 def test_leases_are_granted_once_and_revoked_only_if_they_exist(tmp_path: Path) -> None:

@@ -15,20 +15,32 @@ MODULES = [
     "gate_client.leases",
     "gate_client.journal",
     "gate_client.faults",
+    "gate_client.receipts",
+    "gate_client.gate",
 ]
 
 
-def test_importing_gate_client_and_writing_a_journal_loads_no_django(tmp_path: object) -> None:
-    code = (
-        "import sys\n"
-        + "".join(f"import {name}\n" for name in MODULES)
-        + "from gate_client.journal import LocalJournal\n"
-        + "from ledger.core.entries import EntryKind\n"
-        + f"j = LocalJournal({str(tmp_path)!r} + '/journal')\n"
-        + "j.record(kind=EntryKind.PROPOSED, effect_id='eff_1', body={'a': 1})\n"
-        + "assert len(LocalJournal(j.path).entries()) == 1\n"
-        + "print(sorted(m for m in sys.modules if m == 'django' or m.startswith('django.')))\n"
-    )
+def test_submitting_and_verifying_a_receipt_loads_no_django(tmp_path: object) -> None:
+    code = f"""
+import sys
+{"".join(f"import {name}{chr(10)}" for name in MODULES)}
+from datetime import UTC, datetime, timedelta
+from gate_client.gate import Gate
+from gate_client.journal import LocalJournal
+from gate_client.leases import Lease
+from gate_client.proposal import Proposal
+from gate_client.receipts import verify_receipt
+from tests.gate_client.world import ServiceTarget
+
+journal = LocalJournal({str(tmp_path)!r} + "/journal")
+journal.grant_lease(Lease("l1", "c1", "email", datetime.now(UTC) + timedelta(hours=1), "ops"))
+receipt = Gate(journal, {{"service": ServiceTarget()}}).submit(
+    Proposal("c1", "service", "email", {{"to": "a@example.com"}}, "l1")
+)
+verify_receipt(receipt, LocalJournal(journal.path).entries(), origin=journal.origin)
+assert receipt.final_state == "COMMITTED", receipt
+print(sorted(m for m in sys.modules if m == "django" or m.startswith("django.")))
+"""
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )

@@ -1,0 +1,187 @@
+"""Receipts: the four facts and a final state, derived only from journal entries.
+
+`derive_receipt` is the one derivation; `verify_receipt` runs it again over the entries and the
+hash chain and fails on any field that differs, so a receipt is only as good as its journal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from gate_client.leases import lease_refusal, lease_states
+from ledger.core.entries import Entry, EntryKind, genesis_hash
+from ledger.core.merkle import leaf_hash
+
+Happened = bool | Literal["unknown"]
+VERDICT_KINDS = frozenset(
+    {
+        EntryKind.COMMITTED,
+        EntryKind.FAILED,
+        EntryKind.AMBIGUOUS,
+        EntryKind.RESOLVED,
+        EntryKind.REFUSED,
+    }
+)
+COMMITTED_STATES = frozenset(
+    {"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY", "COMMITTED_ON_EVIDENCE"}
+)
+
+
+class ReceiptError(ValueError):
+    """A receipt does not follow from its journal, or the journal does not hold together."""
+
+
+@dataclass(frozen=True)
+class Receipt:
+    effect_id: str
+    final_state: str
+    proposed: Mapping[str, Any]  # case, target, action, lease, payload hash of this receipt
+    authorized_when_fired: bool | None
+    assumptions_held: bool | None
+    happened: Happened
+    recorded: bool  # the journal alone proves the outcome
+    recheck_at_recovery: Mapping[str, Any] | None
+    entry_seqs: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_payload_change(entry: Entry) -> bool:
+    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
+
+
+def derive_receipt(
+    journal: Sequence[Entry], effect_id: str, *, payload_hash: str | None = None
+) -> Receipt:
+    """The receipt of `effect_id` for `payload_hash` (default: the first, standing payload).
+
+    `journal` is every entry up to now, lease entries included: whether the lease was live
+    when the effect fired is read from the order of entries, not from anyone's say-so."""
+    history = [e for e in journal if e.effect_id == effect_id]
+    proposed_entry = next((e for e in history if e.kind == EntryKind.PROPOSED), None)
+    if proposed_entry is None:
+        raise ReceiptError(f"{effect_id}: no PROPOSED entry")
+    proposed = proposed_entry.body_value()
+    summary = {
+        key: proposed[key] for key in ("case_id", "target", "action", "lease_id", "payload_hash")
+    }
+    if payload_hash is not None and payload_hash != proposed["payload_hash"]:
+        refusal = next(
+            (
+                e
+                for e in history
+                if is_payload_change(e) and e.body_value()["payload_hash"] == payload_hash
+            ),
+            None,
+        )
+        if refusal is None:
+            raise ReceiptError(f"{effect_id}: payload {payload_hash} was never submitted")
+        return Receipt(
+            effect_id=effect_id,
+            final_state="REFUSED:payload_changed",
+            proposed={**summary, "payload_hash": payload_hash},
+            authorized_when_fired=None,
+            assumptions_held=None,
+            happened=False,
+            recorded=True,
+            recheck_at_recovery=None,
+            entry_seqs=(proposed_entry.seq, refusal.seq),
+        )
+
+    relevant = [e for e in history if not is_payload_change(e)]
+    dispatches = {e.body_value()["attempt"]: e for e in relevant if e.kind == EntryKind.DISPATCHED}
+    verdict = next((e for e in reversed(relevant) if e.kind in VERDICT_KINDS), None)
+    state, happened, fired_attempt = _state(verdict, dispatches, effect_id)
+    fired = dispatches.get(fired_attempt) if fired_attempt is not None else None
+    if happened is False:
+        authorized, assumptions = None, None
+    elif fired is None:
+        raise ReceiptError(f"{effect_id}: {state} names no recorded dispatch")
+    else:
+        authorized = _lease_was_live(journal, fired, proposed)
+        assumptions = all(p["holds"] for p in fired.body_value()["premises"])
+    recheck = verdict.body_value().get("recheck") if verdict is not None else None
+    return Receipt(
+        effect_id=effect_id,
+        final_state=state,
+        proposed=summary,
+        authorized_when_fired=authorized,
+        assumptions_held=assumptions,
+        happened=happened,
+        recorded=happened != "unknown",
+        recheck_at_recovery=recheck,
+        entry_seqs=tuple(e.seq for e in relevant),
+    )
+
+
+def _state(
+    verdict: Entry | None, dispatches: Mapping[int, Entry], effect_id: str
+) -> tuple[str, Happened, int | None]:
+    """(final state, happened, the attempt that fired or may have fired)."""
+    last = max(dispatches, default=None)
+    if verdict is None:
+        return ("DISPATCHED", "unknown", last) if last is not None else ("PROPOSED", False, None)
+    body = verdict.body_value()
+    if verdict.kind == EntryKind.COMMITTED:
+        state = body["state"]
+        attempt = body["attempt"]
+        if state not in COMMITTED_STATES or attempt not in dispatches:
+            raise ReceiptError(f"{effect_id}: {state} of attempt {attempt} has no dispatch")
+        if state == "COMMITTED_BY_RETRY" and attempt < 2:
+            raise ReceiptError(f"{effect_id}: COMMITTED_BY_RETRY on the first attempt")
+        return state, True, attempt
+    if verdict.kind == EntryKind.FAILED:
+        return f"FAILED:{body['code']}", False, None
+    if verdict.kind == EntryKind.REFUSED:
+        return f"REFUSED:{body['reason']}", False, None
+    if verdict.kind == EntryKind.AMBIGUOUS:
+        return "AMBIGUOUS", "unknown", last
+    if body["happened"]:
+        return "RESOLVED_HAPPENED", True, last
+    return "RESOLVED_NOT_HAPPENED", False, None
+
+
+def _lease_was_live(journal: Sequence[Entry], fired: Entry, proposed: Mapping[str, Any]) -> bool:
+    """Replay the lease entries that precede the dispatch and apply the dispatch-time rule."""
+    body = fired.body_value()
+    before = [e for e in journal if e.seq < fired.seq]
+    refusal = lease_refusal(
+        lease_states(before).get(body["lease_id"]),
+        case_id=proposed["case_id"],
+        action=proposed["action"],
+        payload=proposed["payload"],
+        payload_hash=proposed["payload_hash"],
+        now=fired.created_at,
+    )
+    return refusal is None
+
+
+def check_chain(journal: Iterable[Entry], *, origin: str) -> list[Entry]:
+    """The entries, in order, if every seq follows and every link and hash holds."""
+    entries = list(journal)
+    previous = genesis_hash(origin)
+    for position, entry in enumerate(entries):
+        if entry.seq != position:
+            raise ReceiptError(f"journal entry {position} is missing (found seq {entry.seq})")
+        if entry.prev_hash != previous:
+            raise ReceiptError(f"journal entry {position} does not link to the one before")
+        if leaf_hash(entry.leaf_bytes()) != entry.entry_hash:
+            raise ReceiptError(f"journal entry {position} does not match its hash")
+        previous = entry.entry_hash
+    return entries
+
+
+def verify_receipt(receipt: Receipt, journal: Iterable[Entry], *, origin: str) -> None:
+    """Re-derive every field of `receipt` from the journal; raise ReceiptError on any difference."""
+    entries = check_chain(journal, origin=origin)
+    derived = derive_receipt(
+        entries, receipt.effect_id, payload_hash=receipt.proposed["payload_hash"]
+    )
+    claimed = receipt.to_dict()
+    for name, value in derived.to_dict().items():
+        if claimed[name] != value:
+            raise ReceiptError(
+                f"{receipt.effect_id}: {name} says {claimed[name]!r}, the journal {value!r}"
+            )

@@ -1,0 +1,315 @@
+"""The gate's rules and recovery by tier, in process, over a real LocalJournal file.
+
+A "crash" here is an exception that unwinds the whole gate call; recovery then runs in a fresh
+Gate over a freshly opened journal, as a restarted process would. The SIGKILL matrix with a real
+target process checks the same rules across real process deaths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gate_client.gate import Gate
+from gate_client.journal import LocalJournal
+from gate_client.leases import Lease
+from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.receipts import Receipt, ReceiptError, verify_receipt
+from gate_client.targets import Tier
+from tests.gate_client.world import ServiceTarget, SimulatedCrash
+
+ORIGIN = "gate.local/journal"
+START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class World:
+    """The journal file, the target and the facts premises look at, across "restarts"."""
+
+    def __init__(self, tmp_path: Path, target: ServiceTarget) -> None:
+        self.path = tmp_path / f"{target.name}.journal"
+        self.target = target
+        self.now = START
+        self.refund_status = "succeeded"  # what the payment service says about the refund
+        self.journal = LocalJournal(self.path, clock=self.clock)
+        self.journal.grant_lease(
+            Lease("lease_1", "case_1", "email", START + timedelta(hours=48), "support")
+        )
+
+    def clock(self) -> datetime:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def premises(self, proposed: Mapping[str, Any] | None = None) -> Sequence[Premise]:
+        return [
+            Premise(
+                "refund_succeeded_or_pending",
+                lambda: PremiseResult(
+                    self.refund_status in {"succeeded", "pending"}, {"status": self.refund_status}
+                ),
+            )
+        ]
+
+    def gate(self) -> Gate:
+        """A gate as a freshly started process has it: journal reopened from the file."""
+        self.journal = LocalJournal(self.path, clock=self.clock)
+        return Gate(
+            self.journal,
+            {self.target.name: self.target},
+            premises_for=self.premises,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+
+    def proposal(self, text: str = "Your refund is on the way") -> Proposal:
+        return Proposal(
+            case_id="case_1",
+            target=self.target.name,
+            action="email",
+            payload={"to": "customer@example.com", "text": text},
+            lease_id="lease_1",
+            premises=self.premises(),
+        )
+
+    def verify(self, receipt: Receipt) -> None:
+        verify_receipt(receipt, LocalJournal(self.path).entries(), origin=ORIGIN)
+
+
+@pytest.fixture
+def make_world(tmp_path: Path) -> Callable[..., World]:
+    def make(**target: Any) -> World:
+        return World(tmp_path, ServiceTarget(**target))
+
+    return make
+
+
+def test_a_submitted_effect_commits_once_with_all_four_facts(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+    receipt = world.gate().submit(world.proposal())
+    assert receipt.final_state == "COMMITTED"
+    assert (receipt.authorized_when_fired, receipt.assumptions_held) == (True, True)
+    assert (receipt.happened, receipt.recorded) == (True, True)
+    assert receipt.recheck_at_recovery is None
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+    again = world.gate().submit(world.proposal())
+    assert again == receipt  # already committed: the same receipt, nothing sent
+    assert world.target.times_acted(receipt.effect_id) == 1
+
+
+def test_a_re_decided_payload_is_refused_and_the_first_stands(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+    first = world.gate().submit(world.proposal())
+    changed = world.gate().submit(world.proposal("Your refund of $30 is on the way"))
+    assert changed.effect_id == first.effect_id
+    assert changed.final_state == "REFUSED:payload_changed"
+    assert changed.happened is False
+    assert changed.authorized_when_fired is None
+    assert changed.proposed["payload_hash"] != first.proposed["payload_hash"]
+    assert world.target.acted == [(first.effect_id, dict(world.proposal().payload))]
+    world.verify(changed)
+    world.verify(first)  # the effect's own receipt is untouched
+
+
+def test_a_broken_premise_or_a_dead_lease_refuses_before_anything_is_sent(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+    world.refund_status = "failed"
+    refused = world.gate().submit(world.proposal())
+    assert refused.final_state == "REFUSED:stale_premise"
+    assert (refused.happened, refused.authorized_when_fired) == (False, None)
+    world.verify(refused)
+
+    other = make_world(name="other")
+    other.journal.revoke_lease("lease_1", by="finance", reason="disputed")
+    revoked = other.gate().submit(other.proposal())
+    assert revoked.final_state == "REFUSED:lease_revoked"
+    assert other.target.acted == [] and world.target.acted == []
+
+
+def test_a_definitive_failure_is_recorded_as_such(make_world: Callable[..., World]) -> None:
+    world = make_world(refuse_with="invalid_recipient")
+    receipt = world.gate().submit(world.proposal())
+    assert receipt.final_state == "FAILED:invalid_recipient"
+    assert receipt.happened is False
+    world.verify(receipt)
+
+
+def test_a_lost_response_at_tier_1_is_resent_under_the_key_and_acts_once(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(drop_response=True)
+    receipt = world.gate().submit(world.proposal())
+    assert receipt.final_state == "COMMITTED_BY_RETRY"
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+# The seed's email table (seeds/001): three systems x three faults, exactly as published.
+SEED_TABLE = {
+    ("interlock", "crash_after_send"): ("COMMITTED_BY_RETRY", 1),
+    ("interlock", "refused_before_send"): ("REFUSED:stale_premise_at_recovery", 0),
+    ("interlock", "refused_after_send"): ("COMMITTED_ON_QUERY", 1),
+    ("interlock_noprobe", "crash_after_send"): ("COMMITTED_BY_RETRY", 1),
+    ("interlock_noprobe", "refused_before_send"): ("AMBIGUOUS", 0),
+    ("interlock_noprobe", "refused_after_send"): ("AMBIGUOUS", 1),
+    ("interlock_tier3", "crash_after_send"): ("AMBIGUOUS", 1),
+    ("interlock_tier3", "refused_before_send"): ("AMBIGUOUS", 0),
+    ("interlock_tier3", "refused_after_send"): ("AMBIGUOUS", 1),
+}
+SYSTEMS = {
+    "interlock": {"tier": Tier.DEDUPES, "queryable": True},
+    "interlock_noprobe": {"tier": Tier.DEDUPES, "queryable": False},
+    "interlock_tier3": {"tier": Tier.NEITHER, "queryable": False, "dedupes": False},
+}
+
+
+@pytest.mark.parametrize(("system", "fault"), list(SEED_TABLE), ids="-".join)
+def test_the_seed_email_table_comes_out_as_published(
+    make_world: Callable[..., World], system: str, fault: str
+) -> None:
+    world = make_world(**SYSTEMS[system])
+    if fault == "refused_before_send":
+        world.target.crash_before_acting = True
+    else:
+        world.target.crash_after_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    if fault != "crash_after_send":
+        world.refund_status = "failed"  # the refund failed during the outage
+    world.sleep(35)
+    (receipt,) = world.gate().recover()
+    state, emails = SEED_TABLE[(system, fault)]
+    assert receipt.final_state == state
+    assert world.target.times_acted(receipt.effect_id) == emails
+    truth = emails == 1
+    assert receipt.happened in (truth, "unknown")
+    assert receipt.recorded is (receipt.happened != "unknown")
+    world.verify(receipt)
+
+
+def test_tier_2_waits_out_the_in_flight_window_then_resends_what_never_arrived(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(tier=Tier.LOOKUP, dedupes=False, max_inflight=timedelta(seconds=5))
+    world.target.crash_before_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    crashed_at = world.now
+    (receipt,) = world.gate().recover()
+    assert receipt.final_state == "COMMITTED_BY_RETRY"
+    assert world.now - crashed_at >= timedelta(seconds=5)  # not found counted only after 5 s
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+def test_tier_2_finds_what_arrived_and_does_not_resend(make_world: Callable[..., World]) -> None:
+    world = make_world(tier=Tier.LOOKUP, dedupes=False)
+    world.target.crash_after_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    crashed_at = world.now
+    (receipt,) = world.gate().recover()
+    assert receipt.final_state == "COMMITTED_ON_QUERY"
+    assert world.now == crashed_at  # a found counts at once
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+@pytest.mark.parametrize("acted", [True, False], ids=["had-acted", "had-not"])
+def test_a_lease_revoked_during_the_outage_blocks_the_resend(
+    make_world: Callable[..., World], acted: bool
+) -> None:
+    world = make_world()
+    if acted:
+        world.target.crash_after_acting = True
+    else:
+        world.target.crash_before_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    world.journal.revoke_lease("lease_1", by="finance", reason="customer disputed")
+    world.sleep(10)
+    (receipt,) = world.gate().recover()
+    if acted:
+        assert receipt.final_state == "COMMITTED_ON_QUERY"
+        # It fired while the lease was live; the revocation came later in the journal.
+        assert receipt.authorized_when_fired is True
+    else:
+        assert receipt.final_state == "REFUSED:lease_revoked_at_recovery"
+        assert receipt.authorized_when_fired is None
+    assert receipt.recheck_at_recovery is not None
+    assert receipt.recheck_at_recovery["reason"] == "lease_revoked"
+    assert world.target.times_acted(receipt.effect_id) == int(acted)
+    world.verify(receipt)
+
+
+def test_past_its_key_window_a_tier_1_target_is_treated_as_tier_3(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(key_window=timedelta(hours=24))
+    world.target.crash_after_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    world.sleep(25 * 3600)
+    (receipt,) = world.gate().recover()
+    assert receipt.final_state == "AMBIGUOUS"
+    assert receipt.happened == "unknown"
+    assert world.target.times_acted(receipt.effect_id) == 1
+
+
+def test_a_decision_durable_before_the_crash_is_dispatched_at_recovery(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+    calls = []
+
+    def dies_on_the_dispatch_check() -> PremiseResult:
+        calls.append(1)
+        if len(calls) == 2:  # the first check is recorded in PROPOSED; the process dies next
+            raise SimulatedCrash("after PROPOSED")
+        return PremiseResult(True, {"calls": len(calls)})
+
+    proposal = world.proposal()
+    dying = Proposal(
+        **{**proposal.__dict__, "premises": [Premise("p", dies_on_the_dispatch_check)]}
+    )
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(dying)
+    assert [e.kind for e in LocalJournal(world.path).history(proposal.effect_id)] == ["PROPOSED"]
+    (receipt,) = world.gate().recover()
+    assert receipt.final_state == "COMMITTED"
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+def test_verify_receipt_catches_a_changed_field_and_a_changed_journal(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+    receipt = world.gate().submit(world.proposal())
+    entries = LocalJournal(world.path).entries()
+    verify_receipt(receipt, entries, origin=ORIGIN)
+    for field, value in [
+        ("final_state", "COMMITTED_BY_RETRY"),
+        ("happened", "unknown"),
+        ("authorized_when_fired", False),
+        ("assumptions_held", None),
+        ("recorded", False),
+    ]:
+        forged = Receipt(**{**receipt.to_dict(), field: value})
+        with pytest.raises(ReceiptError, match=field):
+            verify_receipt(forged, entries, origin=ORIGIN)
+    with pytest.raises(ReceiptError, match="missing"):
+        verify_receipt(receipt, entries[:1] + entries[2:], origin=ORIGIN)
+    with pytest.raises(ReceiptError, match="does not link"):
+        verify_receipt(receipt, entries, origin="another.origin/journal")
