@@ -240,6 +240,8 @@ class Gate:
         try:
             outcome = target.send(effect_id, payload)
         except InDoubt:
+            if recovering:
+                return self._receipt(effect_id)  # still in flight: the next recover() goes on
             return self._recover_effect(effect_id)
         crash_point(CrashPoint.AFTER_RESPONSE)
         if isinstance(outcome, Sent):

@@ -18,7 +18,7 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
-from gate_client.targets import Tier
+from gate_client.targets import InDoubt, Tier
 from tests.gate_client.world import ServiceTarget, SimulatedCrash
 
 ORIGIN = "gate.local/journal"
@@ -152,6 +152,25 @@ def test_a_lost_response_at_tier_1_is_resent_under_the_key_and_acts_once(
     receipt = world.gate().submit(world.proposal())
     assert receipt.final_state == "COMMITTED_BY_RETRY"
     assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+def test_a_target_that_never_answers_leaves_the_effect_in_flight_not_in_a_loop(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world()
+
+    class Silent(ServiceTarget):
+        def send(self, effect_id: str, payload: Mapping[str, Any]) -> Any:
+            self.acted.append((effect_id, dict(payload)))
+            raise InDoubt("timeout")
+
+    world.target = Silent(name=world.target.name)
+    receipt = world.gate().submit(world.proposal())
+    # One send, one resend under the key after the in-doubt answer, then it waits for recover().
+    assert receipt.final_state == "DISPATCHED"
+    assert (receipt.happened, receipt.recorded) == ("unknown", False)
+    assert len(world.target.acted) == 2
     world.verify(receipt)
 
 
