@@ -44,6 +44,15 @@ class HttpTarget:
     max_inflight: timedelta
     timeout_seconds: float = 5.0
 
+    def __post_init__(self) -> None:
+        # A request is in flight until its timeout; declaring less would let a lookup's
+        # "not found" count as final while the request can still arrive, and a resend act twice.
+        if self.max_inflight.total_seconds() < self.timeout_seconds:
+            raise ValueError(
+                f"max_inflight ({self.max_inflight.total_seconds()} s) must be at least "
+                f"the request timeout ({self.timeout_seconds} s)"
+            )
+
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         request = urllib.request.Request(
             f"{self.base_url}/effects",

@@ -19,6 +19,7 @@ from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from gate_client.targets import InDoubt, Tier
+from tests.gate_client.seed_tables import SEED_EMAIL_TABLE
 from tests.gate_client.world import ServiceTarget, SimulatedCrash
 
 ORIGIN = "gate.local/journal"
@@ -174,18 +175,7 @@ def test_a_target_that_never_answers_leaves_the_effect_in_flight_not_in_a_loop(
     world.verify(receipt)
 
 
-# The seed's email table (seeds/001): three systems x three faults, exactly as published.
-SEED_TABLE = {
-    ("interlock", "crash_after_send"): ("COMMITTED_BY_RETRY", 1),
-    ("interlock", "refused_before_send"): ("REFUSED:stale_premise_at_recovery", 0),
-    ("interlock", "refused_after_send"): ("COMMITTED_ON_QUERY", 1),
-    ("interlock_noprobe", "crash_after_send"): ("COMMITTED_BY_RETRY", 1),
-    ("interlock_noprobe", "refused_before_send"): ("AMBIGUOUS", 0),
-    ("interlock_noprobe", "refused_after_send"): ("AMBIGUOUS", 1),
-    ("interlock_tier3", "crash_after_send"): ("AMBIGUOUS", 1),
-    ("interlock_tier3", "refused_before_send"): ("AMBIGUOUS", 0),
-    ("interlock_tier3", "refused_after_send"): ("AMBIGUOUS", 1),
-}
+# The seed's three gated email systems as target settings; faults and outcomes in SEED_EMAIL_TABLE.
 SYSTEMS = {
     "interlock": {"tier": Tier.DEDUPES, "queryable": True},
     "interlock_noprobe": {"tier": Tier.DEDUPES, "queryable": False},
@@ -193,7 +183,7 @@ SYSTEMS = {
 }
 
 
-@pytest.mark.parametrize(("system", "fault"), list(SEED_TABLE), ids="-".join)
+@pytest.mark.parametrize(("system", "fault"), list(SEED_EMAIL_TABLE), ids="-".join)
 def test_the_seed_email_table_comes_out_as_published(
     make_world: Callable[..., World], system: str, fault: str
 ) -> None:
@@ -208,7 +198,7 @@ def test_the_seed_email_table_comes_out_as_published(
         world.refund_status = "failed"  # the refund failed during the outage
     world.sleep(35)
     (receipt,) = world.gate().recover()
-    state, emails = SEED_TABLE[(system, fault)]
+    state, emails = SEED_EMAIL_TABLE[(system, fault)]
     assert receipt.final_state == state
     assert world.target.times_acted(receipt.effect_id) == emails
     truth = emails == 1

@@ -1,0 +1,222 @@
+"""A real HTTP service for the crash matrix, speaking HttpTarget's contract.
+
+    python -m tests.gate_client.target_server --store PATH [--dedupe] [--lookup]
+
+prints its port on stdout once it listens on 127.0.0.1. Its ground truth is its own store: one
+fsync'd JSON line each time it really acted (effect id, idempotency key, payload, result_ref),
+written before it answers, so a client SIGKILLed while the response is on the wire cannot
+un-happen an effect. The tests read the truth from that file, never from the client's journal.
+
+`--dedupe` replays the first result for an Idempotency-Key it has seen instead of acting again
+(tier 1); `--lookup` answers ``GET /effects/<id>`` (tier 2), which is otherwise 501. ``POST
+/control/drop-response`` with ``{"effect_id"}`` makes the next request for that effect act and
+then hang up without a response: a response lost on the wire, with the client still alive."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_acts(store: Path, effect_id: str | None = None) -> list[dict[str, Any]]:
+    """Every time the service acted, in order (only `effect_id`'s when given)."""
+    if not store.exists():
+        return []
+    data = store.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]  # a line still being written has not happened yet
+    acts = [json.loads(line) for line in complete.splitlines()]
+    return [a for a in acts if effect_id is None or a["effect_id"] == effect_id]
+
+
+class Service:
+    """What the service remembers, rebuilt from its store so a restart forgets no key."""
+
+    def __init__(self, store: Path, *, dedupe: bool, lookup: bool) -> None:
+        self.dedupe = dedupe
+        self.lookup = lookup
+        self._lock = threading.Lock()  # the key check and the act are one step
+        self._by_key: dict[str, str] = {}
+        self._by_effect: dict[str, str] = {}
+        self._drop_for: set[str] = set()
+        for act in read_acts(store):
+            self._remember(act)
+        self._fd = os.open(store, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def act(self, effect_id: str, key: str | None, payload: Any) -> tuple[str, bool, bool]:
+        """(result_ref, replayed, drop the response)."""
+        with self._lock:
+            drop = effect_id in self._drop_for
+            self._drop_for.discard(effect_id)
+            if self.dedupe and key is not None and key in self._by_key:
+                return self._by_key[key], True, drop
+            act = {
+                "effect_id": effect_id,
+                "idempotency_key": key,
+                "payload": payload,
+                "result_ref": f"res_{uuid.uuid4().hex[:16]}",
+                "at": time.time(),
+            }
+            line = json.dumps(act, sort_keys=True).encode() + b"\n"
+            os.write(self._fd, line)
+            os.fsync(self._fd)
+            self._remember(act)
+            return act["result_ref"], False, drop
+
+    def find(self, effect_id: str) -> str | None:
+        with self._lock:
+            return self._by_effect.get(effect_id)
+
+    def drop_next_response(self, effect_id: str) -> None:
+        with self._lock:
+            self._drop_for.add(effect_id)
+
+    def _remember(self, act: dict[str, Any]) -> None:
+        if act["idempotency_key"] is not None:
+            self._by_key.setdefault(act["idempotency_key"], act["result_ref"])
+        self._by_effect.setdefault(act["effect_id"], act["result_ref"])
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: TargetHTTPServer
+
+    def do_POST(self) -> None:
+        body = self._json_body()
+        if body is None:
+            return
+        if self.path == "/control/drop-response":
+            if not isinstance(body.get("effect_id"), str):
+                self._reply(400, {"error": "bad_request"})
+                return
+            self.server.service.drop_next_response(body["effect_id"])
+            self._reply(200, {"ok": True})
+        elif self.path == "/effects":
+            effect_id, payload = body.get("effect_id"), body.get("payload")
+            if not isinstance(effect_id, str) or not isinstance(payload, dict):
+                self._reply(400, {"error": "bad_request"})
+                return
+            key = self.headers.get("Idempotency-Key")
+            result_ref, replayed, drop = self.server.service.act(effect_id, key, payload)
+            if drop:
+                self.close_connection = True  # acted, and the response never leaves
+                return
+            headers = {"Idempotent-Replayed": "true"} if replayed else {}
+            self._reply(200, {"result_ref": result_ref}, headers)
+        else:
+            self._reply(404, {"error": "no_such_endpoint"})
+
+    def do_GET(self) -> None:
+        prefix = "/effects/"
+        if not self.path.startswith(prefix):
+            self._reply(404, {"error": "no_such_endpoint"})
+        elif not self.server.service.lookup:
+            self._reply(501, {"error": "lookup_not_supported"})
+        elif (result_ref := self.server.service.find(self.path[len(prefix) :])) is None:
+            self._reply(404, {"error": "not_found"})
+        else:
+            self._reply(200, {"result_ref": result_ref})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a request log on stderr would fill the pipe of a test that never reads it."""
+
+    def _json_body(self) -> dict[str, Any] | None:
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self._reply(400, {"error": "bad_json"})
+            return None
+        return body
+
+    def _reply(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class TargetHTTPServer(ThreadingHTTPServer):
+    request_queue_size = 64  # a whole matrix connects at once; the default 5 drops SYNs
+
+    def __init__(self, service: Service) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.service = service
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client SIGKILLed mid-response is the point of the exercise, not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    store: Path
+
+    def acts(self, effect_id: str) -> list[dict[str, Any]]:
+        return read_acts(self.store, effect_id)
+
+    def drop_next_response(self, effect_id: str) -> None:
+        request = urllib.request.Request(
+            f"{self.url}/control/drop-response",
+            data=json.dumps({"effect_id": effect_id}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
+            response.read()
+
+
+@contextmanager
+def running_server(store: Path, *, dedupe: bool, lookup: bool) -> Iterator[RunningServer]:
+    """Start the service as its own process; stop it on exit."""
+    flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.gate_client.target_server", "--store", str(store), *flags],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield RunningServer(f"http://127.0.0.1:{port}", store)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, required=True, help="ground truth, JSON lines")
+    parser.add_argument("--dedupe", action="store_true", help="replay on a known key")
+    parser.add_argument("--lookup", action="store_true", help="answer GET /effects/<id>")
+    args = parser.parse_args()
+    server = TargetHTTPServer(Service(args.store, dedupe=args.dedupe, lookup=args.lookup))
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
