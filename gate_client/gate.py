@@ -49,8 +49,7 @@ class Gate:
         first = _proposed_entry(history)
         if first is None:
             crash_point(CrashPoint.BEFORE_PROPOSED)
-            self.journal.record(
-                kind=EntryKind.PROPOSED,
+            first = self.journal.propose(
                 effect_id=effect_id,
                 body={
                     "case_id": proposal.case_id,
@@ -64,7 +63,8 @@ class Gate:
                 },
             )
             crash_point(CrashPoint.AFTER_PROPOSED)
-        elif first.body_value()["payload_hash"] != proposal.payload_hash:
+            history = self.journal.history(effect_id)
+        if first.body_value()["payload_hash"] != proposal.payload_hash:
             # The first payload stands: a re-decided payload is refused, never sent.
             standing = first.body_value()["payload_hash"]
             self.journal.record(

@@ -64,6 +64,12 @@ class Journal(Protocol):
         """Append one entry; return only once it is durable."""
         ...
 
+    def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        """Record PROPOSED unless the effect has one already; return the effect's first
+        PROPOSED. Atomic, so two agents submitting one effect at once agree on which payload
+        stands."""
+        ...
+
     def dispatch(
         self,
         *,
@@ -177,6 +183,13 @@ class LocalJournal:
     def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
         with self._locked():
             return self._append(kind, effect_id, body)
+
+    def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        with self._locked():
+            for entry in self._entries:
+                if entry.effect_id == effect_id and entry.kind == EntryKind.PROPOSED:
+                    return entry
+            return self._append(EntryKind.PROPOSED, effect_id, body)
 
     def grant_lease(self, lease: Lease) -> Entry:
         with self._locked():

@@ -108,6 +108,10 @@ class FaultyJournal:
         action = partial(self.inner.record, kind=kind, effect_id=effect_id, body=body)
         return self.calls.call("journal.record", action, _disk_full)
 
+    def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        action = partial(self.inner.propose, effect_id=effect_id, body=body)
+        return self.calls.call("journal.propose", action, _disk_full)
+
     def dispatch(
         self,
         *,

@@ -37,6 +37,9 @@ def main(role: str, path: str, *args: str) -> None:
             print("lost", flush=True)
         else:
             print(f"won {entry.kind}", flush=True)
+    elif role == "propose":
+        standing = journal.propose(effect_id="eff_race", body={"writer": args[0]})
+        print(f"standing {standing.body_value()['writer']}", flush=True)
     elif role == "crash":
         journal.record(kind=EntryKind.PROPOSED, effect_id="eff_crash", body={"n": 1})
         crash_point(CrashPoint.AFTER_PROPOSED)

@@ -58,9 +58,9 @@ class Scenario:
 
 SCENARIOS = {
     "submit": Scenario("submit"),
-    "recover-proposed": Scenario("recover", Fault("journal.record", Failure.CRASH, after=True)),
+    "recover-proposed": Scenario("recover", Fault("journal.propose", Failure.CRASH, after=True)),
     "recover-proposed-stale": Scenario(
-        "recover", Fault("journal.record", Failure.CRASH, after=True), stale=True
+        "recover", Fault("journal.propose", Failure.CRASH, after=True), stale=True
     ),
     "recover-unsent": Scenario("recover", Fault("target.send", Failure.CRASH)),
     "recover-unsent-stale": Scenario("recover", Fault("target.send", Failure.CRASH), stale=True),
@@ -211,6 +211,7 @@ def test_the_clean_runs_reach_every_call_of_the_protocol(kind: str) -> None:
     expected = {
         "journal.history",
         "journal.entries",
+        "journal.propose",
         "journal.record",
         "journal.dispatch",
         "target.send",

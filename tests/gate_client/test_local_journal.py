@@ -184,6 +184,17 @@ def test_racing_dispatchers_record_exactly_one_attempt(tmp_path: Path) -> None:
     assert len(dispatched) == 1
 
 
+@pytest.mark.slow
+def test_racing_proposers_agree_on_one_standing_proposal(tmp_path: Path) -> None:
+    path = tmp_path / "journal"
+    LocalJournal(path).close()
+    outputs = _children(path, [["propose", f"w{i}"] for i in range(6)])
+    assert len(set(outputs)) == 1  # every process was told the same proposal stands
+    proposed = [e for e in LocalJournal(path).entries() if e.kind == EntryKind.PROPOSED]
+    assert len(proposed) == 1
+    assert outputs[0] == f"standing {proposed[0].body_value()['writer']}\n"
+
+
 def test_a_crash_point_kills_the_process_with_sigkill_and_the_journal_keeps_what_was_durable(
     tmp_path: Path,
 ) -> None:
