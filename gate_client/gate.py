@@ -14,8 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from gate_client.faults import CrashPoint, crash_point
-from gate_client.journal import AttemptTaken, Journal, LeaseRefused, last_attempt, utc_now
-from gate_client.leases import lease_refusal
+from gate_client.journal import (
+    AttemptTaken,
+    DispatchRequest,
+    Journal,
+    LeaseRefused,
+    last_attempt,
+    utc_now,
+)
 from gate_client.proposal import Premise, Proposal
 from gate_client.receipts import VERDICT_KINDS, Receipt, derive_receipt, is_payload_change
 from gate_client.targets import Found, InDoubt, NotFound, Sent, Target, Tier, Unknown
@@ -134,14 +140,9 @@ class Gate:
         self, proposed: Mapping[str, Any], premises: Sequence[Premise]
     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """What would stop a dispatch now (None if nothing), and the premises as observed."""
-        refusal = lease_refusal(
-            self.journal.lease_state(proposed["lease_id"]),
-            case_id=proposed["case_id"],
-            action=proposed["action"],
-            payload=proposed["payload"],
-            payload_hash=proposed["payload_hash"],
-            now=self.clock(),
-        )
+        request = _dispatch_request("", proposed, 0, [], True)
+        lease = self.journal.lease_state(proposed["lease_id"])
+        refusal = request.lease_refusal(lease, now=self.clock())
         if refusal is not None:
             return {"reason": refusal[0], "detail": refusal[1]}, []
         results, failed = _evaluate(premises)
@@ -216,16 +217,7 @@ class Gate:
         self, effect_id: str, attempt: int, results: list[dict[str, Any]], recovering: bool
     ) -> None:
         proposed = _proposed(self.journal.history(effect_id))
-        self.journal.dispatch(
-            effect_id=effect_id,
-            attempt=attempt,
-            lease_id=proposed["lease_id"],
-            case_id=proposed["case_id"],
-            action=proposed["action"],
-            payload=proposed["payload"],
-            payload_hash=proposed["payload_hash"],
-            body={"premises": results, "recovery": recovering},
-        )
+        self.journal.dispatch(_dispatch_request(effect_id, proposed, attempt, results, recovering))
 
     def _send(
         self,
@@ -295,6 +287,26 @@ class Gate:
         except KeyError:
             known = ", ".join(self.targets)
             raise KeyError(f"no target named {name!r}; known: {known}") from None
+
+
+def _dispatch_request(
+    effect_id: str,
+    proposed: Mapping[str, Any],
+    attempt: int,
+    premises: Sequence[Mapping[str, Any]],
+    recovery: bool,
+) -> DispatchRequest:
+    return DispatchRequest(
+        effect_id=effect_id,
+        attempt=attempt,
+        lease_id=proposed["lease_id"],
+        case_id=proposed["case_id"],
+        action=proposed["action"],
+        payload=proposed["payload"],
+        payload_hash=proposed["payload_hash"],
+        premises=premises,
+        recovery=recovery,
+    )
 
 
 def _evaluate(premises: Sequence[Premise]) -> tuple[list[dict[str, Any]], list[str]]:

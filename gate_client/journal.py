@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,6 +60,40 @@ class LeaseRefused(JournalError):
         self.detail = detail
 
 
+@dataclass(frozen=True)
+class DispatchRequest:
+    """Attempt `attempt` of an effect: what the lease must cover, and the premises as observed
+    just before."""
+
+    effect_id: str
+    attempt: int
+    lease_id: str
+    case_id: str
+    action: str
+    payload: Mapping[str, Any]
+    payload_hash: str
+    premises: Sequence[Mapping[str, Any]]
+    recovery: bool = False
+
+    def lease_refusal(self, state: LeaseState | None, *, now: datetime) -> tuple[str, str] | None:
+        return lease_refusal(
+            state,
+            case_id=self.case_id,
+            action=self.action,
+            payload=self.payload,
+            payload_hash=self.payload_hash,
+            now=now,
+        )
+
+    def entry_body(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "lease_id": self.lease_id,
+            "premises": [dict(p) for p in self.premises],
+            "recovery": self.recovery,
+        }
+
+
 class Journal(Protocol):
     def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
         """Append one entry; return only once it is durable."""
@@ -70,19 +105,8 @@ class Journal(Protocol):
         stands."""
         ...
 
-    def dispatch(
-        self,
-        *,
-        effect_id: str,
-        attempt: int,
-        lease_id: str,
-        case_id: str,
-        action: str,
-        payload: Mapping[str, Any],
-        payload_hash: str,
-        body: Mapping[str, Any],
-    ) -> Entry:
-        """Atomically check the lease and record DISPATCHED attempt `attempt`.
+    def dispatch(self, request: DispatchRequest) -> Entry:
+        """Atomically check the lease and record DISPATCHED attempt `request.attempt`.
 
         Raises LeaseRefused (nothing recorded) if the lease does not cover it now, and
         AttemptTaken if attempt - 1 is not the last recorded attempt."""
@@ -204,35 +228,17 @@ class LocalJournal:
             body = {"lease_id": lease_id, "by": by, "reason": reason}
             return self._append(EntryKind.LEASE_REVOKED, "", body)
 
-    def dispatch(
-        self,
-        *,
-        effect_id: str,
-        attempt: int,
-        lease_id: str,
-        case_id: str,
-        action: str,
-        payload: Mapping[str, Any],
-        payload_hash: str,
-        body: Mapping[str, Any],
-    ) -> Entry:
+    def dispatch(self, request: DispatchRequest) -> Entry:
         with self._locked():
-            history = [e for e in self._entries if e.effect_id == effect_id]
+            history = [e for e in self._entries if e.effect_id == request.effect_id]
             current = last_attempt(history)
-            if attempt != current + 1:
-                raise AttemptTaken(effect_id, attempt, current)
-            refusal = lease_refusal(
-                lease_states(self._entries).get(lease_id),
-                case_id=case_id,
-                action=action,
-                payload=payload,
-                payload_hash=payload_hash,
-                now=self._clock(),
-            )
+            if request.attempt != current + 1:
+                raise AttemptTaken(request.effect_id, request.attempt, current)
+            lease = lease_states(self._entries).get(request.lease_id)
+            refusal = request.lease_refusal(lease, now=self._clock())
             if refusal is not None:
                 raise LeaseRefused(*refusal)
-            dispatched = {**body, "attempt": attempt, "lease_id": lease_id}
-            return self._append(EntryKind.DISPATCHED, effect_id, dispatched)
+            return self._append(EntryKind.DISPATCHED, request.effect_id, request.entry_body())
 
     # --- the file --------------------------------------------------------------------------
 

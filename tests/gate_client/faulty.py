@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gate_client.journal import LocalJournal
+from gate_client.journal import DispatchRequest, LocalJournal
 from gate_client.leases import Lease, LeaseState
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import InDoubt, LookupOutcome, SendOutcome
@@ -112,30 +112,9 @@ class FaultyJournal:
         action = partial(self.inner.propose, effect_id=effect_id, body=body)
         return self.calls.call("journal.propose", action, _disk_full)
 
-    def dispatch(
-        self,
-        *,
-        effect_id: str,
-        attempt: int,
-        lease_id: str,
-        case_id: str,
-        action: str,
-        payload: Mapping[str, Any],
-        payload_hash: str,
-        body: Mapping[str, Any],
-    ) -> Entry:
-        dispatch = partial(
-            self.inner.dispatch,
-            effect_id=effect_id,
-            attempt=attempt,
-            lease_id=lease_id,
-            case_id=case_id,
-            action=action,
-            payload=payload,
-            payload_hash=payload_hash,
-            body=body,
-        )
-        return self.calls.call("journal.dispatch", dispatch, _disk_full)
+    def dispatch(self, request: DispatchRequest) -> Entry:
+        action = partial(self.inner.dispatch, request)
+        return self.calls.call("journal.dispatch", action, _disk_full)
 
     def entries(self) -> list[Entry]:
         return self.calls.call("journal.entries", self.inner.entries, _disk_full)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from gate_client.faults import CrashPoint, crash_point
-from gate_client.journal import AttemptTaken, LocalJournal
+from gate_client.journal import AttemptTaken, DispatchRequest, LocalJournal
 from ledger.core.entries import EntryKind
 
 
@@ -24,14 +24,16 @@ def main(role: str, path: str, *args: str) -> None:
     elif role == "dispatch":
         try:
             entry = journal.dispatch(
-                effect_id="eff_race",
-                attempt=1,
-                lease_id="lease_1",
-                case_id="case_1",
-                action="refund",
-                payload={"amount_cents": 2000},
-                payload_hash="h",
-                body={"worker": args[0]},
+                DispatchRequest(
+                    effect_id="eff_race",
+                    attempt=1,
+                    lease_id="lease_1",
+                    case_id="case_1",
+                    action="refund",
+                    payload={"amount_cents": 2000},
+                    payload_hash="h",
+                    premises=[{"name": "writer", "holds": True, "observed": args[0]}],
+                )
             )
         except AttemptTaken:
             print("lost", flush=True)

@@ -6,18 +6,20 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gate_client.journal import (
     AttemptTaken,
+    DispatchRequest,
     JournalCorruptError,
     JournalError,
     LeaseRefused,
     LocalJournal,
 )
 from gate_client.leases import Lease
-from ledger.core.entries import EntryKind, genesis_hash
+from ledger.core.entries import Entry, EntryKind, genesis_hash
 from tests.conftest import REPO_ROOT
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -26,8 +28,8 @@ LEASE = Lease(
 )
 
 
-def dispatch(journal: LocalJournal, attempt: int = 1, **overrides: object) -> object:
-    arguments: dict[str, object] = {
+def dispatch(journal: LocalJournal, attempt: int = 1, **overrides: Any) -> Entry:
+    arguments: dict[str, Any] = {
         "effect_id": "eff_1",
         "attempt": attempt,
         "lease_id": "lease_1",
@@ -35,10 +37,10 @@ def dispatch(journal: LocalJournal, attempt: int = 1, **overrides: object) -> ob
         "action": "refund",
         "payload": {"amount_cents": 2000},
         "payload_hash": "h",
-        "body": {"premises": []},
+        "premises": [],
     }
     arguments.update(overrides)
-    return journal.dispatch(**arguments)  # type: ignore[arg-type]
+    return journal.dispatch(DispatchRequest(**arguments))
 
 
 def test_entries_survive_reopening_with_their_chain(tmp_path: Path) -> None:
@@ -101,7 +103,7 @@ def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path
 
     journal.grant_lease(LEASE)
     first = dispatch(journal)
-    assert first.kind == EntryKind.DISPATCHED  # type: ignore[attr-defined]
+    assert first.kind == EntryKind.DISPATCHED
     assert journal.in_flight() == ["eff_1"]
     with pytest.raises(AttemptTaken):
         dispatch(journal, attempt=1)
