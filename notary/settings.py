@@ -114,6 +114,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["notary.authentication.BearerApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "notary.exceptions.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
 # Celery: with no REDIS_URL the embedded mode runs every task inline.
 REDIS_URL = env_str("REDIS_URL", "")
 CELERY_BROKER_URL = REDIS_URL or "memory://"
@@ -130,6 +137,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))
+# Each tenant's log is named <NOTARY_ORIGIN>/<tenant slug>; it also names the log's signing key.
+NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
 
 LOGGING = {
     "version": 1,

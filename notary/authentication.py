@@ -1,0 +1,52 @@
+"""API-key authentication: `Authorization: Bearer ik_<key id>_<secret>`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from notary.models import ApiKey, Tenant
+from notary.selectors import api_key_for_token
+
+
+class ApiKeyPrincipal:
+    """Who is calling: one key of one tenant, with one role."""
+
+    is_authenticated = True
+    is_anonymous = False
+
+    def __init__(self, api_key: ApiKey) -> None:
+        self.api_key = api_key
+        self.tenant: Tenant = api_key.tenant
+        self.role = api_key.role
+
+
+class BearerApiKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[ApiKeyPrincipal, ApiKey] | None:
+        header = get_authorization_header(request).decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        api_key = api_key_for_token(token=token.strip())
+        if api_key is None:
+            raise AuthenticationFailed("invalid or revoked API key")
+        return ApiKeyPrincipal(api_key), api_key
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="notary"'
+
+
+def role_required(*roles: str) -> type[BasePermission]:
+    """A permission class admitting only keys with one of these roles."""
+
+    class HasRole(BasePermission):
+        message = f"this endpoint needs an API key with role {' or '.join(roles)}"
+
+        def has_permission(self, request: Request, view: Any) -> bool:
+            return isinstance(request.user, ApiKeyPrincipal) and request.user.role in roles
+
+    return HasRole

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from notary import services
+from notary.models import Role, Tenant
+
+
+class Command(BaseCommand):
+    help = "Issue an API key for a tenant and print its token: the only time it is shown."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", required=True, metavar="SLUG")
+        parser.add_argument("--role", required=True, choices=Role.values)
+        parser.add_argument("--label", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
+        if tenant is None:
+            raise CommandError(f"no tenant {options['tenant']!r}")
+        try:
+            _, token = services.api_key_issue(
+                tenant=tenant, role=options["role"], label=options["label"]
+            )
+        except services.NotaryInputError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(token)

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from rest_framework.test import APIClient
+
+from notary import services
+from notary.models import ApiKey, Tenant
+from notary.selectors import api_key_for_token
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def acme() -> Tenant:
+    return services.tenant_create(slug="acme", name="Acme Refunds")
+
+
+@pytest.fixture
+def globex() -> Tenant:
+    return services.tenant_create(slug="globex", name="Globex")
+
+
+def test_a_tenant_owns_a_log_named_after_it(acme: Tenant) -> None:
+    assert acme.log.origin == "notary.interlock.example/acme"
+    assert acme.log.size == 0
+
+
+@pytest.mark.parametrize("slug", ["", "Acme", "-acme", "acme-", "a" * 64, "ac me", "acme/x"])
+def test_bad_tenant_slugs_are_refused_and_create_nothing(slug: str) -> None:
+    with pytest.raises(services.NotaryInputError):
+        services.tenant_create(slug=slug, name="x")
+    assert not Tenant.objects.exists()
+
+
+def test_a_duplicate_tenant_is_refused(acme: Tenant) -> None:
+    with pytest.raises(services.NotaryInputError, match="exists already"):
+        services.tenant_create(slug="acme", name="again")
+
+
+def test_a_key_secret_is_shown_once_and_stored_only_as_a_digest(acme: Tenant) -> None:
+    api_key, token = services.api_key_issue(tenant=acme, role="agent", label="refund bot")
+    prefix, key_id, secret = token.split("_", 2)
+    assert (prefix, key_id) == ("ik", api_key.key_id)
+    assert len(secret) >= 43  # 256 bits
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM notary_apikey")
+        stored = repr(cursor.fetchall())
+    assert secret not in stored
+    assert api_key_for_token(token=token) == api_key
+
+
+def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: Tenant) -> None:
+    api_key, token = services.api_key_issue(tenant=acme, role="agent")
+    _, key_id, secret = token.split("_", 2)
+    for bad in [
+        f"ik_{key_id}_{secret[:-1]}x",
+        f"ik_{'0' * 16}_{secret}",
+        f"xx_{key_id}_{secret}",
+        f"ik_{key_id}",
+        "",
+        "ik__",
+    ]:
+        assert api_key_for_token(token=bad) is None, bad
+    services.api_key_revoke(api_key=api_key)
+    first_revocation = ApiKey.objects.get(pk=api_key.pk).revoked_at
+    assert api_key_for_token(token=token) is None
+    assert services.api_key_revoke(api_key=api_key).revoked_at == first_revocation
+
+
+def test_an_unknown_role_is_refused(acme: Tenant) -> None:
+    with pytest.raises(services.NotaryInputError, match="role"):
+        services.api_key_issue(tenant=acme, role="root")
+    assert not ApiKey.objects.exists()
+
+
+def test_whoami_answers_for_the_key_and_only_with_a_valid_one(acme: Tenant, globex: Tenant) -> None:
+    _, acme_token = services.api_key_issue(tenant=acme, role="agent")
+    globex_key, globex_token = services.api_key_issue(tenant=globex, role="auditor")
+    client = APIClient()
+
+    reply = client.get("/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {acme_token}")
+    assert reply.status_code == 200
+    assert reply.json()["tenant"] == "acme"
+    assert reply.json()["role"] == "agent"
+    assert reply.json()["log"] == "notary.interlock.example/acme"
+    assert (
+        client.get("/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {globex_token}").json()["tenant"]
+        == "globex"
+    )
+
+    missing = client.get("/v1/whoami")
+    assert missing.status_code == 401
+    assert missing.json() == {
+        "error": "not_authenticated",
+        "detail": "Authentication credentials were not provided.",
+    }
+    assert missing["WWW-Authenticate"] == 'Bearer realm="notary"'
+    services.api_key_revoke(api_key=globex_key)
+    revoked = client.get("/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {globex_token}")
+    assert revoked.status_code == 401
+    assert revoked.json() == {
+        "error": "authentication_failed",
+        "detail": "invalid or revoked API key",
+    }
+
+
+def test_the_commands_create_a_tenant_and_print_a_working_token() -> None:
+    out = io.StringIO()
+    call_command("create_tenant", "--slug", "initech", "--name", "Initech", stdout=out)
+    assert out.getvalue().strip() == "initech notary.interlock.example/initech"
+    out = io.StringIO()
+    call_command("issue_api_key", "--tenant", "initech", "--role", "approver", stdout=out)
+    api_key = api_key_for_token(token=out.getvalue().strip())
+    assert api_key is not None and api_key.role == "approver"
+    with pytest.raises(CommandError, match="no tenant"):
+        call_command("issue_api_key", "--tenant", "nope", "--role", "agent")
+    with pytest.raises(CommandError, match="slug"):
+        call_command("create_tenant", "--slug", "Bad Slug", "--name", "x")
