@@ -1,4 +1,5 @@
-"""Who uses the notary: tenants (each owning one ledger log) and their API keys."""
+"""Who uses the notary and what they act on: tenants (each owning one ledger log), their API
+keys, and the targets their agents send effects to."""
 
 from __future__ import annotations
 
@@ -45,3 +46,42 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key_id} ({self.role})"
+
+
+class Tier(models.IntegerChoices):
+    DEDUPES = 1, "dedupes on a key"
+    LOOKUP = 2, "can be looked up"
+    NEITHER = 3, "neither"
+
+
+class Target(models.Model):
+    """A service effects are sent to, with what it allows (DESIGN §3). The windows decide when
+    a "not found" may count: after max_inflight for a lookup, after evidence_window for
+    webhook evidence."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="targets")
+    name = models.SlugField(max_length=63)
+    tier = models.PositiveSmallIntegerField(choices=Tier.choices)
+    queryable = models.BooleanField()
+    key_window = models.DurationField(null=True, blank=True)
+    max_inflight = models.DurationField()
+    evidence_window = models.DurationField(null=True, blank=True)
+    lookup_url = models.URLField(blank=True)  # the notary's own lookup, for tier 2
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="target_unique_name"),
+            models.CheckConstraint(condition=models.Q(tier__in=Tier.values), name="target_tier"),
+            models.CheckConstraint(
+                condition=~models.Q(tier=Tier.LOOKUP) | models.Q(queryable=True),
+                name="target_tier2_queryable",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(key_window__isnull=True) | models.Q(tier=Tier.DEDUPES),
+                name="target_key_window_tier1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name} (tier {self.tier})"

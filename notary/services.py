@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from ledger.services import ensure_log
-from notary.models import ApiKey, Role, Tenant
+from notary.models import ApiKey, Role, Target, Tenant, Tier
 
 TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -54,3 +55,48 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     api_key.refresh_from_db()
     return api_key
+
+
+@transaction.atomic(durable=True)
+def target_register(
+    *,
+    tenant: Tenant,
+    name: str,
+    tier: int,
+    queryable: bool,
+    max_inflight: timedelta,
+    key_window: timedelta | None = None,
+    evidence_window: timedelta | None = None,
+    lookup_url: str = "",
+) -> Target:
+    """Declare a target. What it allows is a claim the gate's guarantees rest on, so claims
+    that contradict each other are refused rather than stored."""
+    if not _SLUG.fullmatch(name):
+        raise NotaryInputError(f"target name {name!r}: 1-63 of a-z, 0-9 and '-'")
+    if tier not in Tier.values:
+        raise NotaryInputError(f"tier {tier!r}: 1, 2 or 3")
+    if tier == Tier.LOOKUP and not queryable:
+        raise NotaryInputError(
+            "a tier-2 target is one that can be looked up: queryable must be true"
+        )
+    if key_window is not None and tier != Tier.DEDUPES:
+        raise NotaryInputError("only a tier-1 target dedupes on a key, so only it has a key window")
+    for label, window in (
+        ("max_inflight", max_inflight),
+        ("key_window", key_window),
+        ("evidence_window", evidence_window),
+    ):
+        if window is not None and window <= timedelta(0):
+            raise NotaryInputError(f"{label} must be positive")
+    if Target.objects.filter(tenant=tenant, name=name).exists():
+        raise NotaryInputError(f"target {name!r} exists already")
+    return Target.objects.create(
+        tenant=tenant,
+        name=name,
+        tier=tier,
+        queryable=queryable,
+        key_window=key_window,
+        max_inflight=max_inflight,
+        evidence_window=evidence_window,
+        lookup_url=lookup_url,
+    )
