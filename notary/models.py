@@ -34,6 +34,8 @@ class ApiKey(models.Model):
     secret_sha256 = models.CharField(max_length=64)
     role = models.CharField(max_length=16, choices=Role.choices)
     label = models.CharField(max_length=200, blank=True)
+    # The person or system that holds the key: an approver may not approve their own request.
+    holder = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -85,3 +87,25 @@ class Target(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name} (tier {self.tier})"
+
+
+class Lease(models.Model):
+    """A projection of the tenant's LEASE_GRANTED / LEASE_REVOKED ledger entries, kept for
+    queries; the entries are what a receipt's authorized_when_fired is replayed from."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="leases")
+    lease_id = models.CharField(max_length=40, unique=True)
+    case_id = models.CharField(max_length=200)
+    action = models.CharField(max_length=100)
+    limits = models.JSONField(default=dict)
+    payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
+    expires_at = models.DateTimeField()
+    requested_by = models.CharField(max_length=200)
+    granted_by = models.CharField(max_length=200)
+    granted_seq = models.BigIntegerField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True)
+    revoked_seq = models.BigIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.action} on {self.case_id}"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.services import ensure_log
-from notary.models import ApiKey, Role, Target, Tenant, Tier
+from gate_client.leases import Lease as LeaseTerms
+from ledger.core.entries import EntryKind
+from ledger.services import append_entry, ensure_log
+from notary.models import ApiKey, Lease, Role, Target, Tenant, Tier
 
 TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -37,14 +40,21 @@ def tenant_create(*, slug: str, name: str) -> Tenant:
 
 
 @transaction.atomic(durable=True)
-def api_key_issue(*, tenant: Tenant, role: str, label: str = "") -> tuple[ApiKey, str]:
+def api_key_issue(*, tenant: Tenant, role: str, holder: str, label: str = "") -> tuple[ApiKey, str]:
     """A new key and its token, `ik_<key id>_<secret>`: the only time the secret exists."""
     if role not in Role.values:
         raise NotaryInputError(f"role {role!r}: one of {', '.join(Role.values)}")
+    if not holder.strip():
+        raise NotaryInputError("a key needs a holder: the person or system that uses it")
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
-        tenant=tenant, key_id=key_id, secret_sha256=secret_digest(secret), role=role, label=label
+        tenant=tenant,
+        key_id=key_id,
+        secret_sha256=secret_digest(secret),
+        role=role,
+        holder=holder.strip(),
+        label=label,
     )
     return api_key, f"{TOKEN_PREFIX}_{key_id}_{secret}"
 
@@ -100,3 +110,76 @@ def target_register(
         evidence_window=evidence_window,
         lookup_url=lookup_url,
     )
+
+
+@transaction.atomic(durable=True)
+def lease_grant(
+    *,
+    tenant: Tenant,
+    approver: ApiKey,
+    case_id: str,
+    action: str,
+    expires_at: datetime,
+    requested_by: str,
+    limits: Mapping[str, int] | None = None,
+    payload_hash: str | None = None,
+) -> Lease:
+    """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction."""
+    if approver.role != Role.APPROVER or approver.tenant_id != tenant.pk:
+        raise NotaryInputError("only an approver key of this tenant grants leases")
+    if requested_by.strip() == approver.holder:
+        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
+    if not case_id or not action:
+        raise NotaryInputError("a lease needs a case_id and an action")
+    if expires_at <= timezone.now():
+        raise NotaryInputError("expires_at must be in the future")
+    limits = dict(limits or {})
+    for name, maximum in limits.items():
+        if not isinstance(maximum, int) or isinstance(maximum, bool) or maximum < 0:
+            raise NotaryInputError(f"limit {name!r} must be a non-negative integer")
+    if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
+        raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
+    terms = LeaseTerms(
+        lease_id=f"lease_{secrets.token_hex(12)}",
+        case_id=case_id,
+        action=action,
+        expires_at=expires_at,
+        granted_by=approver.holder,
+        limits=limits,
+        payload_hash=payload_hash,
+    )
+    entry = append_entry(
+        log=tenant.log,
+        kind=EntryKind.LEASE_GRANTED,
+        body={**terms.body(), "requested_by": requested_by.strip()},
+    )
+    return Lease.objects.create(
+        tenant=tenant,
+        lease_id=terms.lease_id,
+        case_id=case_id,
+        action=action,
+        limits=limits,
+        payload_hash=payload_hash or "",
+        expires_at=expires_at,
+        requested_by=requested_by.strip(),
+        granted_by=approver.holder,
+        granted_seq=entry.seq,
+    )
+
+
+@transaction.atomic(durable=True)
+def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Lease:
+    """Revoke now, recording LEASE_REVOKED; revoking a revoked lease changes nothing."""
+    lease = Lease.objects.select_for_update().filter(tenant=tenant, lease_id=lease_id).first()
+    if lease is None:
+        raise NotaryInputError(f"no lease {lease_id!r}")
+    if lease.revoked_at is not None:
+        return lease
+    entry = append_entry(
+        log=tenant.log,
+        kind=EntryKind.LEASE_REVOKED,
+        body={"lease_id": lease_id, "by": by, "reason": reason},
+    )
+    lease.revoked_at, lease.revoked_by, lease.revoked_seq = entry.created_at, by, entry.seq
+    lease.save(update_fields=["revoked_at", "revoked_by", "revoked_seq"])
+    return lease

@@ -43,7 +43,9 @@ def test_a_duplicate_tenant_is_refused(acme: Tenant) -> None:
 
 
 def test_a_key_secret_is_shown_once_and_stored_only_as_a_digest(acme: Tenant) -> None:
-    api_key, token = services.api_key_issue(tenant=acme, role="agent", label="refund bot")
+    api_key, token = services.api_key_issue(
+        tenant=acme, role="agent", holder="refund-bot", label="refund bot"
+    )
     prefix, key_id, secret = token.split("_", 2)
     assert (prefix, key_id) == ("ik", api_key.key_id)
     assert len(secret) >= 43  # 256 bits
@@ -55,7 +57,7 @@ def test_a_key_secret_is_shown_once_and_stored_only_as_a_digest(acme: Tenant) ->
 
 
 def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: Tenant) -> None:
-    api_key, token = services.api_key_issue(tenant=acme, role="agent")
+    api_key, token = services.api_key_issue(tenant=acme, role="agent", holder="bot")
     _, key_id, secret = token.split("_", 2)
     for bad in [
         f"ik_{key_id}_{secret[:-1]}x",
@@ -72,15 +74,19 @@ def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: T
     assert services.api_key_revoke(api_key=api_key).revoked_at == first_revocation
 
 
-def test_an_unknown_role_is_refused(acme: Tenant) -> None:
+def test_an_unknown_role_or_a_missing_holder_is_refused(acme: Tenant) -> None:
     with pytest.raises(services.NotaryInputError, match="role"):
-        services.api_key_issue(tenant=acme, role="root")
+        services.api_key_issue(tenant=acme, role="root", holder="bot")
+    with pytest.raises(services.NotaryInputError, match="holder"):
+        services.api_key_issue(tenant=acme, role="agent", holder="  ")
     assert not ApiKey.objects.exists()
 
 
 def test_whoami_answers_for_the_key_and_only_with_a_valid_one(acme: Tenant, globex: Tenant) -> None:
-    _, acme_token = services.api_key_issue(tenant=acme, role="agent")
-    globex_key, globex_token = services.api_key_issue(tenant=globex, role="auditor")
+    _, acme_token = services.api_key_issue(tenant=acme, role="agent", holder="bot")
+    globex_key, globex_token = services.api_key_issue(
+        tenant=globex, role="auditor", holder="carol@globex.example"
+    )
     client = APIClient()
 
     reply = client.get("/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {acme_token}")
@@ -114,10 +120,19 @@ def test_the_commands_create_a_tenant_and_print_a_working_token() -> None:
     call_command("create_tenant", "--slug", "initech", "--name", "Initech", stdout=out)
     assert out.getvalue().strip() == "initech notary.interlock.example/initech"
     out = io.StringIO()
-    call_command("issue_api_key", "--tenant", "initech", "--role", "approver", stdout=out)
+    call_command(
+        "issue_api_key",
+        "--tenant",
+        "initech",
+        "--role",
+        "approver",
+        "--holder",
+        "dana@initech.example",
+        stdout=out,
+    )
     api_key = api_key_for_token(token=out.getvalue().strip())
     assert api_key is not None and api_key.role == "approver"
     with pytest.raises(CommandError, match="no tenant"):
-        call_command("issue_api_key", "--tenant", "nope", "--role", "agent")
+        call_command("issue_api_key", "--tenant", "nope", "--role", "agent", "--holder", "x")
     with pytest.raises(CommandError, match="slug"):
         call_command("create_tenant", "--slug", "Bad Slug", "--name", "x")

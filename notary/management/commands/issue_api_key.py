@@ -14,6 +14,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True, metavar="SLUG")
         parser.add_argument("--role", required=True, choices=Role.values)
+        parser.add_argument("--holder", required=True, help="the person or system using it")
         parser.add_argument("--label", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -22,7 +23,10 @@ class Command(BaseCommand):
             raise CommandError(f"no tenant {options['tenant']!r}")
         try:
             _, token = services.api_key_issue(
-                tenant=tenant, role=options["role"], label=options["label"]
+                tenant=tenant,
+                role=options["role"],
+                holder=options["holder"],
+                label=options["label"],
             )
         except services.NotaryInputError as exc:
             raise CommandError(str(exc)) from exc

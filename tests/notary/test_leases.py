@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from gate_client.leases import lease_refusal, lease_states
+from ledger import selectors as ledger_selectors
+from notary import services
+from notary.models import ApiKey, Lease, Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def acme() -> Tenant:
+    return services.tenant_create(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def approver(acme: Tenant) -> ApiKey:
+    return services.api_key_issue(tenant=acme, role="approver", holder="alice@acme.example")[0]
+
+
+def grant(acme: Tenant, approver: ApiKey, **changes: Any) -> Lease:
+    arguments: dict[str, Any] = {
+        "tenant": acme,
+        "approver": approver,
+        "case_id": "case_4711",
+        "action": "refund",
+        "expires_at": timezone.now() + timedelta(hours=1),
+        "requested_by": "bob@acme.example",
+        "limits": {"amount_cents": 2000},
+    }
+    arguments.update(changes)
+    return services.lease_grant(**arguments)
+
+
+def refusal_now(state: Any, *, amount_cents: int) -> tuple[str, str] | None:
+    """What the gate's dispatch-time rule says of a refund on case_4711 now."""
+    return lease_refusal(
+        state,
+        case_id="case_4711",
+        action="refund",
+        payload={"amount_cents": amount_cents},
+        payload_hash="h",
+        now=timezone.now(),
+    )
+
+
+def ledger_entries(tenant: Tenant) -> list[Any]:
+    return list(ledger_selectors.iter_entries(log=tenant.log))
+
+
+def test_a_grant_is_a_ledger_entry_the_gate_client_reads_as_a_live_lease(
+    acme: Tenant, approver: ApiKey
+) -> None:
+    lease = grant(acme, approver)
+    (entry,) = ledger_entries(acme)
+    assert (entry.kind, entry.seq) == ("LEASE_GRANTED", lease.granted_seq)
+    assert entry.body_value()["requested_by"] == "bob@acme.example"
+    assert entry.body_value()["granted_by"] == "alice@acme.example"
+    state = lease_states(ledger_entries(acme))[lease.lease_id]
+    assert refusal_now(state, amount_cents=2000) is None
+
+
+def test_a_revocation_is_recorded_once_and_ends_the_lease(acme: Tenant, approver: ApiKey) -> None:
+    lease = grant(acme, approver)
+    revoked = services.lease_revoke(
+        tenant=acme, lease_id=lease.lease_id, by="carol@acme.example", reason="disputed"
+    )
+    again = services.lease_revoke(tenant=acme, lease_id=lease.lease_id, by="x", reason="y")
+    assert again.revoked_seq == revoked.revoked_seq == 1
+    assert [e.kind for e in ledger_entries(acme)] == ["LEASE_GRANTED", "LEASE_REVOKED"]
+    state = lease_states(ledger_entries(acme))[lease.lease_id]
+    refusal = refusal_now(state, amount_cents=1)
+    assert refusal is not None and refusal[0] == "lease_revoked"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"requested_by": "alice@acme.example"}, "cannot also approve it"),
+        ({"expires_at": timezone.now() - timedelta(seconds=1)}, "in the future"),
+        ({"case_id": ""}, "case_id"),
+        ({"limits": {"amount_cents": -1}}, "non-negative integer"),
+        ({"limits": {"amount_cents": 20.5}}, "non-negative integer"),
+        ({"payload_hash": "ABC"}, "64 lowercase hex"),
+    ],
+)
+def test_bad_grants_are_refused_and_write_nothing(
+    acme: Tenant, approver: ApiKey, changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(services.NotaryInputError, match=message):
+        grant(acme, approver, **changes)
+    assert ledger_entries(acme) == []
+    assert not Lease.objects.exists()
+
+
+def test_only_an_approver_of_the_same_tenant_grants(acme: Tenant, approver: ApiKey) -> None:
+    agent = services.api_key_issue(tenant=acme, role="agent", holder="refund-bot")[0]
+    globex = services.tenant_create(slug="globex", name="Globex")
+    stranger = services.api_key_issue(tenant=globex, role="approver", holder="eve@globex.example")[
+        0
+    ]
+    for key in (agent, stranger):
+        with pytest.raises(services.NotaryInputError, match="only an approver"):
+            grant(acme, key)
+    with pytest.raises(services.NotaryInputError, match="no lease"):
+        services.lease_revoke(
+            tenant=globex, lease_id=grant(acme, approver).lease_id, by="e", reason="r"
+        )
+    assert ledger_entries(globex) == []
