@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hmac
 
-from notary.models import ApiKey
+from rest_framework.exceptions import NotFound
+
+from notary.models import ApiKey, Lease, Tenant
 from notary.services import TOKEN_PREFIX, secret_digest
 
 
@@ -24,3 +26,11 @@ def api_key_for_token(*, token: str) -> ApiKey | None:
     if not hmac.compare_digest(expected, secret_digest(secret)) or api_key is None:
         return None
     return api_key
+
+
+def lease_get(*, tenant: Tenant, lease_id: str) -> Lease:
+    """The tenant's lease; another tenant's lease does not exist for this caller."""
+    lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
+    if lease is None:
+        raise NotFound(f"no lease {lease_id!r}")
+    return lease

@@ -1,0 +1,115 @@
+"""The lease endpoints: approvers grant and revoke, tenants never see each other's leases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from ledger import selectors as ledger_selectors
+from notary import services
+from notary.models import Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(tenant: Tenant, role: str, holder: str) -> APIClient:
+    _, token = services.api_key_issue(tenant=tenant, role=role, holder=holder)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def acme() -> Tenant:
+    return services.tenant_create(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def globex() -> Tenant:
+    return services.tenant_create(slug="globex", name="Globex")
+
+
+def grant_body(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "case_id": "case_4711",
+        "action": "refund",
+        "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
+        "requested_by": "bob@acme.example",
+        "limits": {"amount_cents": 2000},
+    }
+    body.update(changes)
+    return body
+
+
+def test_an_approver_grants_shows_and_revokes_a_lease(acme: Tenant) -> None:
+    approver = client_for(acme, "approver", "alice@acme.example")
+    granted = approver.post("/v1/leases", grant_body(), format="json")
+    assert granted.status_code == 201, granted.json()
+    lease = granted.json()
+    assert lease["granted_by"] == "alice@acme.example"
+    assert lease["limits"] == {"amount_cents": 2000}
+
+    agent = client_for(acme, "agent", "refund-bot")
+    shown = agent.get(f"/v1/leases/{lease['lease_id']}")
+    assert shown.status_code == 200
+    assert shown.json() == lease
+
+    revoked = approver.post(
+        f"/v1/leases/{lease['lease_id']}/revoke", {"reason": "disputed"}, format="json"
+    )
+    assert revoked.status_code == 200
+    assert revoked.json()["revoked_by"] == "alice@acme.example"
+    kinds = [e.kind for e in ledger_selectors.iter_entries(log=acme.log)]
+    assert kinds == ["LEASE_GRANTED", "LEASE_REVOKED"]
+
+
+def test_roles_are_enforced(acme: Tenant) -> None:
+    for role in ("agent", "service", "auditor"):
+        refused = client_for(acme, role, f"{role}-key").post(
+            "/v1/leases", grant_body(), format="json"
+        )
+        assert refused.status_code == 403
+        assert refused.json()["error"] == "permission_denied"
+    assert acme.log.entries.count() == 0
+
+
+def test_another_tenants_lease_does_not_exist_for_you(acme: Tenant, globex: Tenant) -> None:
+    lease = client_for(acme, "approver", "alice@acme.example").post(
+        "/v1/leases", grant_body(), format="json"
+    )
+    lease_id = lease.json()["lease_id"]
+    outsider = client_for(globex, "approver", "eve@globex.example")
+    assert outsider.get(f"/v1/leases/{lease_id}").status_code == 404
+    revoke = outsider.post(f"/v1/leases/{lease_id}/revoke", {"reason": "x"}, format="json")
+    assert revoke.status_code == 404
+    assert revoke.json() == {"error": "not_found", "detail": f"no lease {lease_id!r}"}
+    assert acme.log.entries.count() == 1
+    assert globex.log.entries.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "field_or_message"),
+    [
+        ({"case_id": ""}, "case_id"),
+        ({"expires_at": "tomorrow"}, "expires_at"),
+        ({"limits": {"amount_cents": -5}}, "limits"),
+        ({"limits": {"amount_cents": "lots"}}, "limits"),
+        ({"requested_by": "alice@acme.example"}, "cannot also approve it"),
+        ({"expires_at": (timezone.now() - timedelta(hours=1)).isoformat()}, "in the future"),
+        ({"payload_hash": "xyz"}, "64 lowercase hex"),
+    ],
+)
+def test_bad_input_is_a_400_with_the_error_body_and_writes_nothing(
+    acme: Tenant, changes: dict[str, Any], field_or_message: str
+) -> None:
+    approver = client_for(acme, "approver", "alice@acme.example")
+    reply = approver.post("/v1/leases", grant_body(**changes), format="json")
+    assert reply.status_code == 400
+    body = reply.json()
+    assert body["error"] == "invalid"
+    assert field_or_message in str(body["detail"])
+    assert acme.log.entries.count() == 0
