@@ -19,11 +19,12 @@ from gate_client.journal import (
     DispatchRequest,
     Journal,
     LeaseRefused,
+    has_verdict,
     last_attempt,
     utc_now,
 )
 from gate_client.proposal import Premise, Proposal
-from gate_client.receipts import VERDICT_KINDS, Receipt, derive_receipt, is_payload_change
+from gate_client.receipts import Receipt, derive_receipt
 from gate_client.targets import Found, InDoubt, NotFound, Sent, Target, Tier, Unknown
 from ledger.core.entries import Entry, EntryKind
 
@@ -83,7 +84,7 @@ class Gate:
                 },
             )
             return self._receipt(effect_id, payload_hash=proposal.payload_hash)
-        elif _has_verdict(history):
+        elif has_verdict(history):
             return self._receipt(effect_id)  # already ended: send nothing
         elif last_attempt(history):
             return self._recover_effect(effect_id)
@@ -95,7 +96,7 @@ class Gate:
         return [
             self._recover_effect(effect_id)
             for effect_id in effect_ids
-            if not _has_verdict(self.journal.history(effect_id))
+            if not has_verdict(self.journal.history(effect_id))
         ]
 
     # --- recovery by tier --------------------------------------------------------------------
@@ -324,7 +325,3 @@ def _proposed(history: Sequence[Entry]) -> dict[str, Any]:
         raise LookupError("effect has no PROPOSED entry")
     body: dict[str, Any] = entry.body_value()
     return body
-
-
-def _has_verdict(history: Sequence[Entry]) -> bool:
-    return any(e.kind in VERDICT_KINDS and not is_payload_change(e) for e in history)

@@ -27,9 +27,15 @@ from ledger.core.entries import (
     seal_entry,
 )
 
-# Kinds that end a dispatch attempt: after one of these the effect is not in flight.
-OUTCOME_KINDS = frozenset(
-    {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.RESOLVED}
+# Kinds that settle an effect (a REFUSED that only rejects a changed payload does not).
+VERDICT_KINDS = frozenset(
+    {
+        EntryKind.COMMITTED,
+        EntryKind.FAILED,
+        EntryKind.AMBIGUOUS,
+        EntryKind.RESOLVED,
+        EntryKind.REFUSED,
+    }
 )
 
 
@@ -131,14 +137,18 @@ def last_attempt(history: list[Entry]) -> int:
     )
 
 
-def is_in_flight(history: list[Entry]) -> bool:
-    """A dispatch was recorded and nothing after the last one says how it ended."""
-    for entry in reversed(history):
-        if entry.kind in OUTCOME_KINDS:
-            return False
-        if entry.kind == EntryKind.DISPATCHED:
-            return True
-    return False
+def is_payload_change(entry: Entry) -> bool:
+    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
+
+
+def has_verdict(history: Sequence[Entry]) -> bool:
+    """The effect is settled: the one test the gate, recovery and in_flight all use."""
+    return any(e.kind in VERDICT_KINDS and not is_payload_change(e) for e in history)
+
+
+def is_in_flight(history: Sequence[Entry]) -> bool:
+    """A dispatch was recorded and nothing yet says how the effect ended."""
+    return any(e.kind == EntryKind.DISPATCHED for e in history) and not has_verdict(history)
 
 
 def utc_now() -> datetime:

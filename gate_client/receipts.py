@@ -9,20 +9,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from gate_client.journal import VERDICT_KINDS, is_payload_change
 from gate_client.leases import lease_refusal, lease_states
 from ledger.core.entries import Entry, EntryKind, genesis_hash
 from ledger.core.merkle import leaf_hash
 
 Happened = bool | Literal["unknown"]
-VERDICT_KINDS = frozenset(
-    {
-        EntryKind.COMMITTED,
-        EntryKind.FAILED,
-        EntryKind.AMBIGUOUS,
-        EntryKind.RESOLVED,
-        EntryKind.REFUSED,
-    }
-)
 COMMITTED_STATES = frozenset(
     {"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY", "COMMITTED_ON_EVIDENCE"}
 )
@@ -46,10 +38,6 @@ class Receipt:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def is_payload_change(entry: Entry) -> bool:
-    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
 
 
 def derive_receipt(

@@ -20,10 +20,10 @@ from typing import Any, Literal
 import pytest
 
 from gate_client.gate import Gate
-from gate_client.journal import LocalJournal
+from gate_client.journal import VERDICT_KINDS, LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
-from gate_client.receipts import VERDICT_KINDS, Receipt, verify_receipt
+from gate_client.receipts import Receipt, verify_receipt
 from gate_client.targets import Tier
 from ledger.core.entries import Entry, EntryKind
 from tests.gate_client.faulty import (

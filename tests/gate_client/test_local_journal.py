@@ -114,7 +114,19 @@ def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path
     with pytest.raises(LeaseRefused, match="lease_revoked"):
         dispatch(journal, attempt=2)
     assert journal.in_flight() == ["eff_1"]  # a refused resend does not end attempt 1
+    journal.record(kind=EntryKind.REFUSED, effect_id="eff_1", body={"reason": "payload_changed"})
+    assert journal.in_flight() == ["eff_1"]  # refusing another payload settles nothing
     journal.record(kind=EntryKind.AMBIGUOUS, effect_id="eff_1", body={})
+    assert journal.in_flight() == []
+
+
+def test_a_refusal_after_a_dispatch_settles_the_effect(tmp_path: Path) -> None:
+    journal = LocalJournal(tmp_path / "journal", clock=lambda: NOW)
+    journal.grant_lease(LEASE)
+    dispatch(journal)
+    journal.record(
+        kind=EntryKind.REFUSED, effect_id="eff_1", body={"reason": "stale_premise_at_recovery"}
+    )
     assert journal.in_flight() == []
 
 
