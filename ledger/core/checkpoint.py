@@ -81,11 +81,12 @@ def open_checkpoint(
     return checkpoint
 
 
-def log_verifier(origin: str, signer: Signer) -> Verifier:
-    """The verifier an auditor trusts for one log: the notary key under the log's origin."""
+def log_verifier(origin: str, key: Signer | Verifier) -> Verifier:
+    """The verifier an auditor trusts for one log: a notary key under the log's origin."""
     if not is_valid_key_name(origin):
         raise CheckpointError(f"origin {origin!r} cannot name a key (no spaces, no '+')")
-    return signer.renamed(origin).verifier
+    verifier = key.verifier if isinstance(key, Signer) else key
+    return verifier.renamed(origin)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,11 @@ class Verifier:
         encoded = base64.b64encode(bytes([ALG_ED25519]) + self.public_key).decode()
         return f"{self.name}+{self.key_id:08x}+{encoded}"
 
+    def renamed(self, name: str) -> Verifier:
+        """The same public key under another name (and so another key id)."""
+        _require_name(name)
+        return Verifier(name, key_id(name, self.public_key), self.public_key)
+
     def verify(self, message: bytes, signature: bytes) -> bool:
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
