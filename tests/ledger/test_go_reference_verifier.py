@@ -5,9 +5,6 @@ one here wrote. CI installs it (.ci/run); elsewhere the test is skipped if it is
 from __future__ import annotations
 
 import base64
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,34 +13,7 @@ from ledger import selectors, services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.note import Signer
 from ledger.models import Log
-from tests.conftest import REPO_ROOT
-
-GOPATH = Path("/usr/share/gocode")
-SOURCE = REPO_ROOT / "tests" / "ledger" / "goverify"
-
-
-@pytest.fixture(scope="session")
-def goverify(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("go") is None or not (GOPATH / "src/golang.org/x/mod/sumdb/note").is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("CI must have golang-go and golang-golang-x-mod-dev (see .ci/run)")
-        pytest.skip("needs Debian's golang-go and golang-golang-x-mod-dev")
-    out = tmp_path_factory.mktemp("go")
-    env = {
-        **os.environ,
-        "GO111MODULE": "off",
-        "GOPATH": str(GOPATH),
-        "GOCACHE": str(out / "cache"),
-    }
-    subprocess.run(
-        ["go", "build", "-o", str(out / "goverify"), "."], cwd=SOURCE, env=env, check=True
-    )
-    return out / "goverify"
-
-
-def _run(binary: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=60)
-
+from tests.ledger.conftest import run_goverify
 
 SIZES = [1, 2, 3, 7, 8, 13, 32, 33, 64, 70]
 
@@ -68,7 +38,7 @@ def test_go_reference_accepts_every_inclusion_proof(
             leaf = tmp_path / "leaf"
             proof.write_text(selectors.tlog_proof(log=log, index=index, size=size).text())
             leaf.write_bytes(selectors.get_entry(log=log, seq=index).leaf_bytes())
-            result = _run(goverify, "inclusion", vkey, proof, leaf)
+            result = run_goverify(goverify, "inclusion", vkey, proof, leaf)
             assert result.stdout == f"ok inclusion {log.origin} size {size} index {index}\n"
 
 
@@ -86,7 +56,7 @@ def test_go_reference_accepts_every_consistency_proof(
             (tmp_path / "proof").write_text(
                 "".join(base64.b64encode(h).decode() + "\n" for h in hashes)
             )
-            result = _run(
+            result = run_goverify(
                 goverify, "consistency", vkey, *(tmp_path / n for n in ("old", "new", "proof"))
             )
             assert result.stdout == f"ok consistency {log.origin} {old} -> {new}\n"
@@ -100,16 +70,16 @@ def test_go_reference_rejects_a_changed_leaf_a_stranger_key_and_a_bad_proof(
     proof.write_text(selectors.tlog_proof(log=log, index=5, size=13).text())
     original = selectors.get_entry(log=log, seq=5).leaf_bytes()
     leaf.write_bytes(original)
-    assert _run(goverify, "inclusion", vkey, proof, leaf).returncode == 0
+    assert run_goverify(goverify, "inclusion", vkey, proof, leaf).returncode == 0
 
     leaf.write_bytes(original.replace(b'"n":5', b'"n":6'))
-    assert "inclusion: " in _run(goverify, "inclusion", vkey, proof, leaf).stdout
+    assert "inclusion: " in run_goverify(goverify, "inclusion", vkey, proof, leaf).stdout
     leaf.write_bytes(original)
 
     stranger = log_verifier(log.origin, Signer.generate("x")).vkey
-    assert "note: " in _run(goverify, "inclusion", stranger, proof, leaf).stdout
+    assert "note: " in run_goverify(goverify, "inclusion", stranger, proof, leaf).stdout
 
     lines = proof.read_text().split("\n")
     lines[2] = base64.b64encode(b"\x00" * 32).decode()
     proof.write_text("\n".join(lines))
-    assert "inclusion: " in _run(goverify, "inclusion", vkey, proof, leaf).stdout
+    assert "inclusion: " in run_goverify(goverify, "inclusion", vkey, proof, leaf).stdout

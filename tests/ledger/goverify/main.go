@@ -1,10 +1,12 @@
 // An independent check of the notary's output with the Go reference code (golang.org/x/mod
 // sumdb/note and sumdb/tlog), which no one here wrote:
 //
-//	goverify inclusion VKEY TLOG_PROOF_FILE LEAF_FILE
-//	goverify consistency VKEY OLD_CHECKPOINT_FILE NEW_CHECKPOINT_FILE PROOF_FILE
+//	goverify inclusion VKEYS TLOG_PROOF_FILE LEAF_FILE
+//	goverify consistency VKEYS OLD_CHECKPOINT_FILE NEW_CHECKPOINT_FILE PROOF_FILE
 //
-// It prints "ok ..." and exits 0, or prints the reason and exits 1.
+// VKEYS is one trusted verifier key, or several separated by commas (the keys a log was signed
+// with across rotations); each checkpoint must verify under one of them. It prints "ok ..." and
+// exits 0, or prints the reason and exits 1.
 package main
 
 import (
@@ -25,14 +27,18 @@ type checkpoint struct {
 	root   tlog.Hash
 }
 
-// openCheckpoint verifies the signed note against the one trusted key and parses its text
+// openCheckpoint verifies the signed note against the trusted keys and parses its text
 // (c2sp.org/tlog-checkpoint: origin, size, base64 root).
-func openCheckpoint(vkey string, signed []byte) (checkpoint, error) {
-	verifier, err := note.NewVerifier(vkey)
-	if err != nil {
-		return checkpoint{}, fmt.Errorf("vkey: %w", err)
+func openCheckpoint(vkeys string, signed []byte) (checkpoint, error) {
+	var verifiers []note.Verifier
+	for _, vkey := range strings.Split(vkeys, ",") {
+		verifier, err := note.NewVerifier(vkey)
+		if err != nil {
+			return checkpoint{}, fmt.Errorf("vkey: %w", err)
+		}
+		verifiers = append(verifiers, verifier)
 	}
-	opened, err := note.Open(signed, note.VerifierList(verifier))
+	opened, err := note.Open(signed, note.VerifierList(verifiers...))
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("note: %w", err)
 	}
@@ -48,8 +54,8 @@ func openCheckpoint(vkey string, signed []byte) (checkpoint, error) {
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("checkpoint root: %w", err)
 	}
-	if lines[0] != verifier.Name() {
-		return checkpoint{}, fmt.Errorf("origin %q is not the key's name %q", lines[0], verifier.Name())
+	if name := opened.Sigs[0].Name; lines[0] != name {
+		return checkpoint{}, fmt.Errorf("origin %q is not the key's name %q", lines[0], name)
 	}
 	return checkpoint{lines[0], size, root}, nil
 }
@@ -67,7 +73,7 @@ func parseHashes(lines []string) ([]tlog.Hash, error) {
 }
 
 // inclusion checks a c2sp.org/tlog-proof@v1 for the leaf bytes in leafFile.
-func inclusion(vkey, proofFile, leafFile string) error {
+func inclusion(vkeys, proofFile, leafFile string) error {
 	text, err := os.ReadFile(proofFile)
 	if err != nil {
 		return err
@@ -102,7 +108,7 @@ func inclusion(vkey, proofFile, leafFile string) error {
 	if err != nil {
 		return err
 	}
-	tree, err := openCheckpoint(vkey, []byte(signed))
+	tree, err := openCheckpoint(vkeys, []byte(signed))
 	if err != nil {
 		return err
 	}
@@ -114,14 +120,14 @@ func inclusion(vkey, proofFile, leafFile string) error {
 }
 
 // consistency checks that the old checkpoint's tree is a prefix of the new one's.
-func consistency(vkey, oldFile, newFile, proofFile string) error {
+func consistency(vkeys, oldFile, newFile, proofFile string) error {
 	var trees [2]checkpoint
 	for i, name := range []string{oldFile, newFile} {
 		signed, err := os.ReadFile(name)
 		if err != nil {
 			return err
 		}
-		if trees[i], err = openCheckpoint(vkey, signed); err != nil {
+		if trees[i], err = openCheckpoint(vkeys, signed); err != nil {
 			return err
 		}
 	}
@@ -153,7 +159,7 @@ func main() {
 	case len(os.Args) == 6 && os.Args[1] == "consistency":
 		err = consistency(os.Args[2], os.Args[3], os.Args[4], os.Args[5])
 	default:
-		err = errors.New("usage: goverify inclusion VKEY PROOF LEAF | consistency VKEY OLD NEW PROOF")
+		err = errors.New("usage: goverify inclusion VKEYS PROOF LEAF | consistency VKEYS OLD NEW PROOF")
 	}
 	if err != nil {
 		fmt.Println(err)
