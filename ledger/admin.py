@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from ledger.core.canonical import CanonicalJSONError, parse_canonical
-from ledger.models import Checkpoint, Entry, Log
+from ledger.models import Checkpoint, Entry, Log, SigningKey
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -69,3 +69,10 @@ class CheckpointAdmin(ReadOnlyAdmin):
     list_filter = ["log"]
     ordering = ["log", "-size"]
     fields = ["log", "size", "note", "created_at"]
+
+
+@admin.register(SigningKey)
+class SigningKeyAdmin(ReadOnlyAdmin):
+    list_display = ["name", "key_id", "valid_from", "valid_until"]
+    ordering = ["-valid_from"]
+    fields = ["name", "key_id", "vkey", "valid_from", "valid_until"]

@@ -1,8 +1,10 @@
-"""The notary's signing key on disk: created once, never overwritten, readable only by its owner."""
+"""The notary's signing key on disk: created once, readable only by its owner, and replaced only
+by rotation, which keeps every retired key beside it."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from django.conf import settings
@@ -44,3 +46,53 @@ def load_signing_key(path: Path | None = None) -> Signer:
         return parse_skey(text)
     except NoteError as exc:
         raise SigningKeyError(f"{key_path} is not a signing key: {exc}") from exc
+
+
+def rotate_signing_key(path: Path | None = None) -> tuple[Signer, Path]:
+    """Replace the key at `path` with a new key of the same name; return it and where the old one
+    was kept (`<file>.retired-<key id>`, never overwritten).
+
+    The replacement is atomic: a reader sees the old key or the new one, never a partial file.
+    The old key stays current until the new one signs its first checkpoint (sign_checkpoint),
+    and is refused from then on."""
+    key_path = Path(path or settings.NOTARY_SIGNING_KEY_FILE)
+    old = load_signing_key(key_path)
+    retired = key_path.with_name(f"{key_path.name}.retired-{old.verifier.key_id:08x}")
+    _write_new_file(retired, old.skey + "\n")
+    _fsync_directory(key_path.parent)
+    new = Signer.generate(old.name)
+    fd, temporary = tempfile.mkstemp(dir=key_path.parent, prefix=f".{key_path.name}.")  # 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(new.skey + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, key_path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    _fsync_directory(key_path.parent)
+    return new, retired
+
+
+def _write_new_file(path: Path, text: str) -> None:
+    """Create `path` (mode 0600) holding `text`; an existing file is an error unless it already
+    holds exactly `text` (a rotation interrupted after keeping the old key, run again)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        if path.read_text() == text:
+            return
+        raise SigningKeyError(f"{path} already exists and holds another key") from exc
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

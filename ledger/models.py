@@ -1,9 +1,11 @@
 """The ledger's tables. Entries, Merkle nodes and checkpoints are append-only: database triggers
-(migration 0002) refuse UPDATE and DELETE, whatever the ORM or a stray SQL session tries."""
+(migration 0002) refuse UPDATE and DELETE, whatever the ORM or a stray SQL session tries. The
+signing-key registry is append-only too, but for closing the current key's period (0004)."""
 
 from __future__ import annotations
 
 from django.db import models
+from django.db.models.lookups import IsNull
 
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, EntryKind
 
@@ -83,3 +85,36 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.log.origin} @ {self.size}"
+
+
+class SigningKey(models.Model):
+    """The public half of a key that signed checkpoints, and when it was the notary's key.
+
+    sign_checkpoint fills this from use: a key is registered with the first checkpoint it signs,
+    which also closes the period of the key before it, and a key whose period is closed never
+    signs again. Triggers (migration 0004) refuse deleting a row or changing one, except closing
+    the current key's period."""
+
+    name = models.TextField()
+    key_id = models.CharField(max_length=8)  # the signed-note key hash under `name`, hex
+    public_key = models.BinaryField(max_length=32, unique=True)
+    vkey = models.TextField()
+    valid_from = models.DateTimeField()  # when it signed its first checkpoint
+    valid_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                IsNull(models.F("valid_until"), True),
+                condition=models.Q(valid_until__isnull=True),
+                name="signingkey_one_current",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(valid_until__isnull=True)
+                | models.Q(valid_until__gte=models.F("valid_from")),
+                name="signingkey_period_ordered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.vkey

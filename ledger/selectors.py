@@ -9,11 +9,12 @@ from collections.abc import Generator
 from django.db import connection
 
 from ledger.core import merkle
-from ledger.core.checkpoint import TlogProof, make_tlog_proof
+from ledger.core.checkpoint import TlogProof, log_verifier, make_tlog_proof
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.merkle import NodeId
+from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint
-from ledger.models import Checkpoint, Entry, Log, MerkleNode
+from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey
 
 
 class LedgerLookupError(LookupError):
@@ -29,6 +30,16 @@ def get_log(*, origin: str) -> Log:
 
 def latest_checkpoint(*, log: Log) -> Checkpoint | None:
     return Checkpoint.objects.filter(log=log).order_by("-size").first()
+
+
+def signing_keys() -> list[SigningKey]:
+    """Every key that has signed a checkpoint, in the order they took over."""
+    return list(SigningKey.objects.order_by("valid_from", "id"))
+
+
+def log_verifiers(*, log: Log) -> list[Verifier]:
+    """Every published signing key, as the verifier of this log's checkpoints (under its origin)."""
+    return [log_verifier(log.origin, parse_vkey(key.vkey)) for key in signing_keys()]
 
 
 def checkpoint_for_proof(*, log: Log, index: int, size: int | None = None) -> Checkpoint:

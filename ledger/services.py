@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -20,11 +21,16 @@ from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
 from ledger.core.merkle import Frontier, NodeId
 from ledger.core.note import Signer, is_valid_key_name
-from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode
+from ledger.keys import SigningKeyError
+from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode, SigningKey
 
 
 class LedgerInputError(ValueError):
     """The caller asked for something the ledger refuses; nothing was written."""
+
+
+class RetiredSigningKeyError(SigningKeyError):
+    """The signing key was replaced by a newer one, and a retired key never signs again."""
 
 
 @dataclass(frozen=True)
@@ -99,23 +105,71 @@ def append_entries(*, log: Log, items: Sequence[NewEntry]) -> list[Entry]:
 
 
 def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
-    """Sign the log's current tree head; the same size signed twice returns the first checkpoint."""
+    """Sign the log's current tree head; the same size signed twice returns the first checkpoint.
+
+    The signer's public key is published (SigningKey) with the first checkpoint it signs, which
+    closes the period of the key before it, in the same transaction. A key whose period is
+    closed is refused with RetiredSigningKeyError: an old key file put back never signs again."""
     with transaction.atomic():
         # The row lock gives a size and frontier no appender is halfway through.
         locked = Log.objects.select_for_update().get(pk=log.pk)
+        registered = _hold_signing_key(signer)
         existing = Checkpoint.objects.filter(log=locked, size=locked.size).first()
         if existing is not None:
             return existing
         root = Frontier.from_bytes(locked.size, bytes(locked.frontier)).root()
         text = CheckpointText(origin=locked.origin, size=locked.size, root=root)
-        return Checkpoint.objects.create(
+        checkpoint = Checkpoint.objects.create(
             log=locked, size=locked.size, root=root, note=text.sign(signer)
         )
+        if not registered:
+            _register_signing_key(signer, since=checkpoint.created_at)
+        return checkpoint
+
+
+def _hold_signing_key(signer: Signer) -> bool:
+    """Lock the signer's registry row until commit, so it cannot be retired under this signature;
+    False if the key is not registered yet. For a new key, take the registry's lock (one new key
+    at a time) and the current key's row, waiting out every signature made with it."""
+    registered = _registered_key(signer)
+    if registered is None:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {_SIGNING_KEY_TABLE} IN SHARE ROW EXCLUSIVE MODE")
+        registered = _registered_key(signer)  # a concurrent first use may have won
+    if registered is None:
+        list(SigningKey.objects.select_for_update().filter(valid_until__isnull=True))
+        return False
+    key_id, valid_until = registered
+    if valid_until is not None:
+        raise RetiredSigningKeyError(
+            f"signing key {signer.name}+{key_id} was retired at {valid_until.isoformat()}; "
+            "install the current key (see manage.py rotate_signing_key)"
+        )
+    return True
+
+
+def _registered_key(signer: Signer) -> tuple[str, datetime | None] | None:
+    rows = SigningKey.objects.select_for_update().filter(public_key=signer.public_key)
+    return rows.values_list("key_id", "valid_until").first()
+
+
+def _register_signing_key(signer: Signer, *, since: datetime) -> None:
+    verifier = signer.verifier
+    SigningKey.objects.filter(valid_until__isnull=True).update(valid_until=since)
+    SigningKey.objects.create(
+        name=verifier.name,
+        key_id=f"{verifier.key_id:08x}",
+        public_key=verifier.public_key,
+        vkey=verifier.vkey,
+        valid_from=since,
+    )
 
 
 _ENTRY_TABLE = Entry._meta.db_table
 _NODE_TABLE = MerkleNode._meta.db_table
 _LOG_TABLE = Log._meta.db_table
+_SIGNING_KEY_TABLE = SigningKey._meta.db_table
 _READ_HEAD = f"SELECT size, head_hash, frontier FROM {_LOG_TABLE} WHERE id = %s"
 _UPDATE_HEAD = f"UPDATE {_LOG_TABLE} SET size = %s, head_hash = %s, frontier = %s WHERE id = %s"
 _ENTRY_COLUMNS = "log_id, seq, kind, effect_id, body, prev_hash, entry_hash, created_at"

@@ -13,7 +13,9 @@ from ledger.models import Log
 
 @shared_task  # type: ignore[untyped-decorator]
 def sign_due_checkpoints() -> list[int]:
-    """Sign a checkpoint for every log that grew since its last one; rerunning signs nothing new."""
+    """Sign a checkpoint for every log that grew since its last one; rerunning signs nothing new.
+
+    The key file is read on every run, so a rotated key signs from the next run on."""
     signer = load_signing_key()
     due = Log.objects.annotate(signed=Coalesce(Max("checkpoints__size"), -1)).filter(
         size__gt=F("signed")

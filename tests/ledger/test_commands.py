@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_db
 ORIGIN = "cli.interlock.example/log"
 COMMANDS = [
     "generate_signing_key",
+    "rotate_signing_key",
     "ledger_append",
     "sign_checkpoint",
     "ledger_proof",

@@ -12,13 +12,15 @@ from ledger.core.checkpoint import log_verifier
 from ledger.core.note import NoteError, Verifier, parse_vkey
 from ledger.core.verify import LogVerificationError, verify_log
 from ledger.keys import SigningKeyError, load_signing_key
+from ledger.models import Log
 
 
 class Command(BaseCommand):
     help = (
         "Recompute a log's hash chain, Merkle tree and every stored signed checkpoint from its "
-        "entries; exit non-zero naming the first bad seq. Checkpoint signatures are checked with "
-        "--vkey keys if given, else with the notary's own signing key."
+        "entries; exit non-zero naming the first bad seq. Each checkpoint must verify under one "
+        "trusted key: the --vkey keys if given, else every signing key the notary has published "
+        "(its own key file while none is published yet)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,7 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             log = selectors.get_log(origin=options["log"])
-            verifiers = self._verifiers(log.origin, options["vkey"])
+            verifiers = self._verifiers(log, options["vkey"])
         except (selectors.LedgerLookupError, SigningKeyError, NoteError) as exc:
             raise CommandError(str(exc)) from exc
         head = selectors.log_head(log=log)
@@ -66,7 +68,7 @@ class Command(BaseCommand):
             f"root {base64.b64encode(report.root).decode()}"
         )
 
-    def _verifiers(self, origin: str, vkeys: list[str]) -> list[Verifier]:
+    def _verifiers(self, log: Log, vkeys: list[str]) -> list[Verifier]:
         if vkeys:
             return [parse_vkey(text) for text in vkeys]
-        return [log_verifier(origin, load_signing_key())]
+        return selectors.log_verifiers(log=log) or [log_verifier(log.origin, load_signing_key())]
