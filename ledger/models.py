@@ -8,8 +8,15 @@ from django.db import models
 from django.db.models.lookups import IsNull
 
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, EntryKind
+from ledger.core.entries import Entry as LedgerEntry
 
 ORIGIN_MAX_LENGTH = 255
+
+
+def blob(value: bytes | memoryview | str) -> bytes:
+    """A binary column's value as bytes. SQLite stores whatever a writer hands it; text where
+    bytes belong is for verify to flag."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
 class Log(models.Model):
@@ -51,6 +58,17 @@ class Entry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.seq}"
+
+    def as_ledger_entry(self) -> LedgerEntry:
+        return LedgerEntry(
+            seq=self.seq,
+            kind=self.kind,
+            effect_id=self.effect_id,
+            body=blob(self.body),
+            created_at=self.created_at,
+            prev_hash=blob(self.prev_hash),
+            entry_hash=blob(self.entry_hash),
+        )
 
 
 class MerkleNode(models.Model):

@@ -4,7 +4,7 @@ A proof asks for the O(log n) perfect subtrees it needs in one query, never a sc
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 
 from django.db import connection
 
@@ -14,7 +14,7 @@ from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.merkle import NodeId
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint
-from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey
+from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey, blob
 
 
 class LedgerLookupError(LookupError):
@@ -63,7 +63,38 @@ def get_entry(*, log: Log, seq: int) -> LedgerEntry:
     row = Entry.objects.filter(log=log, seq=seq).first()
     if row is None:
         raise LedgerLookupError(f"log {log.origin} has no entry {seq}")
-    return _to_ledger_entry(row)
+    return row.as_ledger_entry()
+
+
+def effect_entries(*, log: Log, effect_id: str) -> list[LedgerEntry]:
+    """Every entry of one effect, in seq order (one index range scan)."""
+    rows = Entry.objects.filter(log=log, effect_id=effect_id).order_by("seq")
+    return [row.as_ledger_entry() for row in rows]
+
+
+def entries_at(*, log: Log, seqs: Iterable[int]) -> list[LedgerEntry]:
+    rows = Entry.objects.filter(log=log, seq__in=list(seqs)).order_by("seq")
+    return [row.as_ledger_entry() for row in rows]
+
+
+def iter_effect_histories(*, log: Log) -> Generator[tuple[str, list[LedgerEntry]]]:
+    """(effect id, its entries in seq order) for every effect of the log, streamed."""
+    rows = Entry.objects.filter(log=log).exclude(effect_id="").order_by("effect_id", "seq")
+    current, history = "", list[LedgerEntry]()
+    for row in rows.iterator(chunk_size=2000):
+        if row.effect_id != current and history:
+            yield current, history
+            history = []
+        current = row.effect_id
+        history.append(row.as_ledger_entry())
+    if history:
+        yield current, history
+
+
+def iter_entries_of_kinds(*, log: Log, kinds: Iterable[str]) -> Generator[LedgerEntry]:
+    rows = Entry.objects.filter(log=log, kind__in=list(kinds)).order_by("seq")
+    for row in rows.iterator(chunk_size=2000):
+        yield row.as_ledger_entry()
 
 
 def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
@@ -90,7 +121,7 @@ def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
     if parts:
         with connection.cursor() as cursor:
             cursor.execute(" UNION ALL ".join(parts), params)
-            found = {(level, index): _blob(node) for level, index, node in cursor.fetchall()}
+            found = {(level, index): blob(node) for level, index, node in cursor.fetchall()}
     missing = node_ids - found.keys()
     if missing:
         raise LedgerLookupError(f"log {log.origin} is missing stored nodes {sorted(missing)[:5]}")
@@ -135,7 +166,7 @@ def iter_entries(*, log: Log, chunk_size: int = 2000) -> Generator[LedgerEntry]:
     """Entries in seq order through a server-side cursor; close() the iterator if you stop early."""
     rows = Entry.objects.filter(log=log).order_by("seq")
     for row in rows.iterator(chunk_size=chunk_size):
-        yield _to_ledger_entry(row)
+        yield row.as_ledger_entry()
 
 
 def iter_nodes(*, log: Log, chunk_size: int = 2000) -> Generator[tuple[NodeId, bytes]]:
@@ -163,20 +194,3 @@ def _check_size(log: Log, size: int) -> None:
     current = Log.objects.filter(pk=log.pk).values_list("size", flat=True).get()
     if not 0 <= size <= current:
         raise LedgerLookupError(f"log {log.origin} has {current} entries; no tree of size {size}")
-
-
-def _to_ledger_entry(row: Entry) -> LedgerEntry:
-    return LedgerEntry(
-        seq=row.seq,
-        kind=row.kind,
-        effect_id=row.effect_id,
-        body=_blob(row.body),
-        created_at=row.created_at,
-        prev_hash=_blob(row.prev_hash),
-        entry_hash=_blob(row.entry_hash),
-    )
-
-
-def _blob(value: bytes | memoryview | str) -> bytes:
-    # SQLite stores whatever a writer hands it; text where bytes belong is for verify to flag.
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)

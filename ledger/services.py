@@ -63,12 +63,26 @@ def append_entry(
     return append_entries(log=log, items=[NewEntry(kind=kind, body=body, effect_id=effect_id)])[0]
 
 
-def append_entries(*, log: Log, items: Sequence[NewEntry]) -> list[Entry]:
+def lock_log(*, log: Log) -> datetime:
+    """Take the log's append lock until the current transaction ends; return the time to stamp
+    on what the caller appends, so a check made now and the entry recording it share one instant."""
+    if not connection.in_atomic_block:
+        raise LedgerInputError("lock_log needs a transaction to hold the lock in")
+    with connection.cursor() as cursor:
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        cursor.execute(_READ_HEAD + lock, [log.pk])
+    return timezone.now()
+
+
+def append_entries(
+    *, log: Log, items: Sequence[NewEntry], created_at: datetime | None = None
+) -> list[Entry]:
     """Append entries in order, all in one transaction; return them with their seqs.
 
     Everything that can be done without the lock (encoding, validation) is done before taking
     it, and the locked part is four plain statements: with every appender of the log queued
-    behind this one until commit, time under the lock is the log's throughput."""
+    behind this one until commit, time under the lock is the log's throughput. `created_at`
+    is for a caller holding lock_log(); by default the entries are stamped under the lock."""
     prepared = [(_encode_body(item.body), item) for item in items]
     for body, item in prepared:
         try:
@@ -82,7 +96,7 @@ def append_entries(*, log: Log, items: Sequence[NewEntry]) -> list[Entry]:
         size, head_hash, frontier_bytes = cursor.fetchone()
         frontier = Frontier.from_bytes(size, bytes(frontier_bytes))
         prev_hash = bytes(head_hash)
-        now = timezone.now()
+        now = created_at or timezone.now()
         sealed: list[LedgerEntry] = []
         nodes: list[tuple[NodeId, bytes]] = []
         for body, item in prepared:
