@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import cache
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
@@ -26,13 +28,21 @@ class ApiKeyPrincipal:
 
 
 class BearerApiKeyAuthentication(BaseAuthentication):
+    """Bearer API keys, with failures counted per client address: an address that keeps
+    guessing is refused for the rest of the minute before any token of it is looked at."""
+
     def authenticate(self, request: Request) -> tuple[ApiKeyPrincipal, ApiKey] | None:
         header = get_authorization_header(request).decode("latin-1")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer":
             return None
+        failures_key = f"notary:auth-failures:{request.META.get('REMOTE_ADDR', '')}"
+        if cache.get(failures_key, 0) >= settings.NOTARY_AUTH_FAILURES_PER_MINUTE:
+            raise Throttled(wait=60, detail="too many failed authentications from this address")
         api_key = api_key_for_token(token=token.strip())
         if api_key is None:
+            cache.add(failures_key, 0, timeout=60)
+            cache.incr(failures_key)
             raise AuthenticationFailed("invalid or revoked API key")
         return ApiKeyPrincipal(api_key), api_key
 

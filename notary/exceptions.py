@@ -7,12 +7,16 @@ from typing import Any
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
-from notary.services import NotaryInputError
+from notary.services import NotaryConflict, NotaryInputError, NotaryNotFound
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, NotaryInputError):
         return Response({"error": "invalid", "detail": str(exc)}, status=400)
+    if isinstance(exc, NotaryNotFound):
+        return Response({"error": "not_found", "detail": str(exc)}, status=404)
+    if isinstance(exc, NotaryConflict):
+        return Response({"error": exc.code, "detail": exc.detail, **exc.extra}, status=409)
     response = exception_handler(exc, context)
     if response is None:
         return None

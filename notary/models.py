@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from ledger.core.entries import MAX_EFFECT_ID_LENGTH
 from ledger.models import Log
 
 
@@ -109,3 +110,33 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.action} on {self.case_id}"
+
+
+class Effect(models.Model):
+    """A projection of one effect's ledger entries, kept for queries (the in-flight list, the
+    recovery sweep, the review queue). `rebuild_effects` recomputes it from the entries alone;
+    the entries, never this row, are what a receipt is derived from."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="effects")
+    effect_id = models.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    case_id = models.CharField(max_length=200)
+    target = models.CharField(max_length=63)
+    action = models.CharField(max_length=100)
+    lease_id = models.CharField(max_length=100)
+    payload_hash = models.CharField(max_length=64)
+    state = models.CharField(max_length=100)  # the receipt's final state
+    attempts = models.PositiveIntegerField(default=0)
+    proposed_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    proposed_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)  # the last attempt's
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "effect_id"], name="effect_unique_id"),
+        ]
+        indexes = [models.Index(fields=["tenant", "state", "proposed_seq"], name="effect_state")]
+
+    def __str__(self) -> str:
+        return f"{self.effect_id}: {self.state}"

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
+from datetime import datetime
 
 from rest_framework.exceptions import NotFound
 
-from notary.models import ApiKey, Lease, Tenant
-from notary.services import TOKEN_PREFIX, secret_digest
+from gate_client.receipts import Receipt, ReceiptError, derive_receipt
+from ledger.core.entries import Entry as LedgerEntry
+from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
+from notary.models import ApiKey, Effect, Lease, Target, Tenant
+from notary.services import TOKEN_PREFIX, NotaryNotFound, secret_digest
 
 
 def api_key_for_token(*, token: str) -> ApiKey | None:
@@ -34,3 +39,80 @@ def lease_get(*, tenant: Tenant, lease_id: str) -> Lease:
     if lease is None:
         raise NotFound(f"no lease {lease_id!r}")
     return lease
+
+
+def effect_get(*, tenant: Tenant, effect_id: str) -> Effect:
+    effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).first()
+    if effect is None:
+        raise NotaryNotFound(f"no effect {effect_id!r}")
+    return effect
+
+
+def effect_entries_for_receipt(
+    *, tenant: Tenant, effect: Effect
+) -> tuple[list[LedgerEntry], list[LedgerEntry]]:
+    """The effect's own entries, and its lease's grant and revocation: everything its receipt
+    is derived from (whether the lease was live is read from their order)."""
+    history = effect_entries(log=tenant.log, effect_id=effect.effect_id)
+    lease = Lease.objects.filter(tenant=tenant, lease_id=effect.lease_id).first()
+    seqs = [] if lease is None else [lease.granted_seq, lease.revoked_seq]
+    lease_entries = entries_at(log=tenant.log, seqs=[s for s in seqs if s is not None])
+    return history, lease_entries
+
+
+@dataclass(frozen=True)
+class ProvedReceipt:
+    receipt: Receipt
+    entries: list[LedgerEntry]
+    checkpoint: str | None  # the latest signed checkpoint note
+    proofs: dict[int, str | None]  # tlog-proof text per entry seq; None if not yet covered
+
+
+def effect_receipt(*, tenant: Tenant, effect_id: str, payload_hash: str | None) -> ProvedReceipt:
+    effect = effect_get(tenant=tenant, effect_id=effect_id)
+    history, lease_entries = effect_entries_for_receipt(tenant=tenant, effect=effect)
+    entries = sorted([*history, *lease_entries], key=lambda e: e.seq)
+    try:
+        receipt = derive_receipt(entries, effect_id, payload_hash=payload_hash)
+    except ReceiptError as exc:
+        raise NotaryNotFound(str(exc)) from exc
+    checkpoint = latest_checkpoint(log=tenant.log)
+    proofs: dict[int, str | None] = {}
+    for entry in entries:
+        covered = checkpoint is not None and entry.seq < checkpoint.size
+        proofs[entry.seq] = (
+            tlog_proof(log=tenant.log, index=entry.seq, size=checkpoint.size).text()
+            if covered and checkpoint is not None
+            else None
+        )
+    return ProvedReceipt(
+        receipt=receipt,
+        entries=entries,
+        checkpoint=checkpoint.note if checkpoint is not None else None,
+        proofs=proofs,
+    )
+
+
+def unsettled_effects(*, tenant: Tenant, limit: int) -> list[Effect]:
+    """Effects proposed or dispatched with no verdict yet, oldest first: what recovery settles."""
+    rows = Effect.objects.filter(tenant=tenant, settled_at__isnull=True).order_by("proposed_seq")
+    return list(rows[:limit])
+
+
+def effects_due_for_sweep(*, now: datetime) -> list[tuple[int, str]]:
+    """(tenant id, effect id) of every effect dispatched longer ago than its target's max
+    in-flight with no verdict: what the notary's recovery sweep looks at."""
+    windows = {
+        (tenant_id, name): max_inflight
+        for tenant_id, name, max_inflight in Target.objects.values_list(
+            "tenant_id", "name", "max_inflight"
+        )
+    }
+    unsettled = Effect.objects.filter(settled_at__isnull=True, dispatched_at__isnull=False)
+    due = []
+    rows = unsettled.values_list("tenant_id", "effect_id", "target", "dispatched_at")
+    for tenant_id, effect_id, target, dispatched_at in rows.iterator():
+        window = windows.get((tenant_id, target))
+        if window is not None and dispatched_at is not None and dispatched_at + window <= now:
+            due.append((tenant_id, effect_id))
+    return due

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+from typing import Any
+
 from rest_framework import serializers
 
-from notary.models import Lease
+from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
+from ledger.core.entries import Entry as LedgerEntry
+from notary.models import Effect, Lease
+from notary.services import AGENT_OUTCOME_KINDS
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -37,3 +43,103 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "revoked_by",
             "revoked_seq",
         ]
+
+
+class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
+    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    proposal = serializers.DictField(help_text="The PROPOSED entry's body, as the gate writes it")
+
+
+class PremiseInput(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=200)
+    holds = serializers.BooleanField()
+    observed = serializers.JSONField(allow_null=True)
+
+
+class EffectDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
+    attempt = serializers.IntegerField(min_value=1, max_value=1_000_000)
+    premises = PremiseInput(many=True)
+    recovery = serializers.BooleanField(default=False)
+
+
+class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
+    kind = serializers.ChoiceField(choices=sorted(AGENT_OUTCOME_KINDS))
+    body = serializers.DictField()
+
+
+class EntryOutput(serializers.Serializer):  # type: ignore[type-arg]
+    """One ledger entry. `leaf` is its exact bytes (base64): what the hash and proofs cover."""
+
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    effect_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    body = serializers.JSONField()
+    leaf = serializers.CharField()
+    entry_hash = serializers.CharField()
+
+    def to_representation(self, instance: LedgerEntry) -> dict[str, Any]:
+        return {
+            "seq": instance.seq,
+            "kind": instance.kind,
+            "effect_id": instance.effect_id,
+            "created_at": format_timestamp(instance.created_at),
+            "body": instance.body_value(),
+            "leaf": base64.b64encode(instance.leaf_bytes()).decode("ascii"),
+            "entry_hash": instance.entry_hash.hex(),
+        }
+
+
+class EffectOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Effect
+        fields = [
+            "effect_id",
+            "case_id",
+            "target",
+            "action",
+            "lease_id",
+            "payload_hash",
+            "state",
+            "attempts",
+            "proposed_seq",
+            "last_seq",
+            "proposed_at",
+            "dispatched_at",
+            "settled_at",
+        ]
+
+
+class EffectDetailOutput(serializers.Serializer):  # type: ignore[type-arg]
+    effect = EffectOutput()
+    entries = EntryOutput(many=True)
+    lease_entries = EntryOutput(many=True, help_text="The lease's grant and revocation")
+
+
+class ProposeOutput(serializers.Serializer):  # type: ignore[type-arg]
+    created = serializers.BooleanField()
+    effect = EffectOutput()
+    entries = EntryOutput(many=True)
+
+
+class RecordedEntryOutput(serializers.Serializer):  # type: ignore[type-arg]
+    recorded = serializers.BooleanField(help_text="false: an earlier verdict stands")
+    entry = EntryOutput()
+
+
+class ReceiptOutput(serializers.Serializer):  # type: ignore[type-arg]
+    receipt = serializers.DictField()
+    entries = EntryOutput(many=True)
+    checkpoint = serializers.CharField(allow_null=True)
+    proofs = serializers.DictField(
+        child=serializers.CharField(allow_null=True),
+        help_text="C2SP tlog-proof per entry seq against `checkpoint`; null until one covers it",
+    )
+
+
+class LimitInput(serializers.Serializer):  # type: ignore[type-arg]
+    limit = serializers.IntegerField(min_value=1, max_value=10_000, default=1000)
+
+
+class ReceiptQueryInput(serializers.Serializer):  # type: ignore[type-arg]
+    payload_hash = serializers.RegexField(r"^[0-9a-f]{64}$", required=False)

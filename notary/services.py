@@ -5,17 +5,40 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from gate_client.http_target import HttpTarget
+from gate_client.ids import effect_id_for
+from gate_client.journal import (
+    VERDICT_KINDS,
+    DispatchRequest,
+    has_verdict,
+    is_payload_change,
+    last_attempt,
+)
 from gate_client.leases import Lease as LeaseTerms
+from gate_client.leases import LeaseState, lease_states
+from gate_client.receipts import ReceiptError
+from gate_client.targets import Found, NotFound, Unknown
+from gate_client.targets import Tier as GateTier
+from ledger.core.canonical import CanonicalJSONError, canonical_json
+from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
-from ledger.services import append_entry, ensure_log
-from notary.models import ApiKey, Lease, Role, Target, Tenant, Tier
+from ledger.selectors import (
+    effect_entries,
+    entries_at,
+    iter_effect_histories,
+    iter_entries_of_kinds,
+)
+from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
+from notary.models import ApiKey, Effect, Lease, Role, Target, Tenant, Tier
+from notary.projection import effect_fields
 
 TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -23,6 +46,20 @@ _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 class NotaryInputError(ValueError):
     """The request is refused as given; nothing was written."""
+
+
+class NotaryNotFound(LookupError):
+    """No such record for this tenant (another tenant's records do not exist for it)."""
+
+
+class NotaryConflict(Exception):
+    """Well-formed, but the ledger's state refuses it now; nothing was written."""
+
+    def __init__(self, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.extra = extra
 
 
 def secret_digest(secret: str) -> str:
@@ -183,3 +220,313 @@ def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Leas
     lease.revoked_at, lease.revoked_by, lease.revoked_seq = entry.created_at, by, entry.seq
     lease.save(update_fields=["revoked_at", "revoked_by", "revoked_seq"])
     return lease
+
+
+# --- effects ---------------------------------------------------------------------------------
+
+PROPOSAL_KEYS = frozenset(
+    {"case_id", "target", "action", "tenant", "lease_id", "payload", "payload_hash", "premises"}
+)
+# What an agent may record about its own effect; OBSERVED and RESOLVED come from evidence and
+# from finance staff, and COMMITTED_ON_EVIDENCE only from the notary.
+AGENT_OUTCOME_KINDS = frozenset(
+    {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.REFUSED}
+)
+AGENT_COMMIT_STATES = frozenset({"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY"})
+
+
+@transaction.atomic(durable=True)
+def effect_propose(
+    *, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]
+) -> tuple[list[LedgerEntry], bool]:
+    """Record PROPOSED unless the effect has one; return the effect's entries and whether this
+    call created it. Under the log lock, so two agents proposing at once agree on which
+    payload stands."""
+    _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
+    lock_log(log=tenant.log)
+    created = not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists()
+    if created:
+        append_entry(
+            log=tenant.log, kind=EntryKind.PROPOSED, body=dict(proposal), effect_id=effect_id
+        )
+        _project_effect(tenant=tenant, effect_id=effect_id)
+    return effect_entries(log=tenant.log, effect_id=effect_id), created
+
+
+@transaction.atomic(durable=True)
+def effect_dispatch(
+    *,
+    tenant: Tenant,
+    effect_id: str,
+    attempt: int,
+    premises: Sequence[Mapping[str, Any]],
+    recovery: bool,
+) -> LedgerEntry:
+    """Check the lease and record DISPATCHED attempt `attempt`, in one transaction under the log
+    lock and stamped with the instant of the check, so ledger order alone shows whether the
+    lease was live when the effect fired. Scope comes from the PROPOSED entry, not the caller."""
+    _check_premises(premises)
+    failed = [p["name"] for p in premises if not p["holds"]]
+    if failed:
+        raise NotaryInputError(f"premises do not hold ({', '.join(failed)}): nothing to dispatch")
+    now = lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    current = last_attempt(history)
+    if has_verdict(history):
+        raise NotaryConflict("already_settled", f"{effect_id} has ended", current=current)
+    if attempt != current + 1:
+        raise NotaryConflict(
+            "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
+        )
+    proposed = history[0].body_value()
+    request = DispatchRequest(
+        effect_id=effect_id,
+        attempt=attempt,
+        lease_id=proposed["lease_id"],
+        case_id=proposed["case_id"],
+        action=proposed["action"],
+        payload=proposed["payload"],
+        payload_hash=proposed["payload_hash"],
+        premises=premises,
+        recovery=recovery,
+    )
+    refusal = request.lease_refusal(_lease_state(tenant, proposed["lease_id"]), now=now)
+    if refusal is not None:
+        raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
+    item = NewEntry(kind=EntryKind.DISPATCHED, body=request.entry_body(), effect_id=effect_id)
+    [entry] = append_entries(log=tenant.log, items=[item], created_at=now)
+    _project_effect(tenant=tenant, effect_id=effect_id)
+    return entry.as_ledger_entry()
+
+
+@transaction.atomic(durable=True)
+def effect_record_outcome(
+    *, tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any]
+) -> tuple[LedgerEntry, bool]:
+    """Record how the effect ended, as the agent learned it; return the entry and whether it is
+    new. The first verdict stands: a second one returns it and records nothing, so a retried
+    request and two recovering agents both converge on one outcome."""
+    _check_outcome(kind=kind, body=body)
+    lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    is_verdict = not (kind == EntryKind.REFUSED and body["reason"] == "payload_changed")
+    if is_verdict:
+        standing = next((e for e in history if e.kind in VERDICT_KINDS), None)
+        if standing is not None and not is_payload_change(standing):
+            return standing, False
+    if "attempt" in body and body["attempt"] not in _attempts(history):
+        raise NotaryInputError(f"{kind} names attempt {body['attempt']}, which was never made")
+    row = append_entry(log=tenant.log, kind=kind, body=dict(body), effect_id=effect_id)
+    try:
+        _project_effect(tenant=tenant, effect_id=effect_id)
+    except ReceiptError as exc:
+        raise NotaryInputError(f"{kind} does not follow from the effect's entries: {exc}") from exc
+    return row.as_ledger_entry(), True
+
+
+@transaction.atomic(durable=True)
+def effects_rebuild(*, tenant: Tenant) -> int:
+    """Recompute the tenant's Effect table from its ledger alone; return how many effects."""
+    lock_log(log=tenant.log)
+    Effect.objects.filter(tenant=tenant).delete()
+    leases: dict[str, list[LedgerEntry]] = {}
+    for entry in iter_entries_of_kinds(
+        log=tenant.log, kinds=[EntryKind.LEASE_GRANTED, EntryKind.LEASE_REVOKED]
+    ):
+        leases.setdefault(entry.body_value()["lease_id"], []).append(entry)
+    rows = []
+    for effect_id, history in iter_effect_histories(log=tenant.log):
+        if history[0].kind != EntryKind.PROPOSED:
+            continue  # entries appended outside the effect protocol (ledger_append)
+        proposed = history[0].body_value()
+        fields = effect_fields(history, leases.get(proposed.get("lease_id", ""), []))
+        rows.append(Effect(tenant=tenant, effect_id=effect_id, **fields))
+        if len(rows) >= 1000:
+            Effect.objects.bulk_create(rows)
+            rows = []
+    Effect.objects.bulk_create(rows)
+    return Effect.objects.filter(tenant=tenant).count()
+
+
+def _project_effect(*, tenant: Tenant, effect_id: str) -> None:
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    lease_id = history[0].body_value()["lease_id"]
+    fields = effect_fields(history, _lease_entries(tenant, lease_id))
+    Effect.objects.update_or_create(tenant=tenant, effect_id=effect_id, defaults=fields)
+
+
+def _history_of(*, tenant: Tenant, effect_id: str) -> list[LedgerEntry]:
+    if not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists():
+        raise NotaryNotFound(f"no effect {effect_id!r}")
+    return effect_entries(log=tenant.log, effect_id=effect_id)
+
+
+def _attempts(history: Sequence[LedgerEntry]) -> set[int]:
+    return {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
+
+
+def _lease_entries(tenant: Tenant, lease_id: str) -> list[LedgerEntry]:
+    lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
+    if lease is None:
+        return []
+    seqs = [lease.granted_seq] + ([lease.revoked_seq] if lease.revoked_seq is not None else [])
+    return entries_at(log=tenant.log, seqs=seqs)
+
+
+def _lease_state(tenant: Tenant, lease_id: str) -> LeaseState | None:
+    """The lease as its ledger entries leave it (the Lease row is written with them, under the
+    same lock, so reading the row under the lock is reading the ledger)."""
+    return lease_states(_lease_entries(tenant, lease_id)).get(lease_id)
+
+
+def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]) -> None:
+    if set(proposal) != PROPOSAL_KEYS:
+        keys = ", ".join(sorted(PROPOSAL_KEYS))
+        raise NotaryInputError(f"a proposal has exactly the keys {keys}")
+    for key in ("case_id", "target", "action", "lease_id", "tenant", "payload_hash"):
+        if not isinstance(proposal[key], str) or not proposal[key]:
+            raise NotaryInputError(f"proposal.{key} must be a non-empty string")
+    if proposal["tenant"] != tenant.slug:
+        raise NotaryInputError(f"proposal.tenant must be this key's tenant, {tenant.slug!r}")
+    expected = effect_id_for(
+        proposal["case_id"], proposal["target"], proposal["action"], tenant=tenant.slug
+    )
+    if effect_id != expected:
+        raise NotaryInputError(
+            f"effect_id {effect_id!r} is not the id of this case, target and action ({expected})"
+        )
+    if not isinstance(proposal["payload"], dict):
+        raise NotaryInputError("proposal.payload must be a JSON object")
+    try:
+        digest = hashlib.sha256(canonical_json(proposal["payload"])).hexdigest()
+    except CanonicalJSONError as exc:
+        raise NotaryInputError(f"proposal.payload has no canonical JSON form: {exc}") from exc
+    if proposal["payload_hash"] != digest:
+        raise NotaryInputError("proposal.payload_hash is not the SHA-256 of the canonical payload")
+    _check_premises(proposal["premises"])
+    if not Target.objects.filter(tenant=tenant, name=proposal["target"]).exists():
+        raise NotaryInputError(f"no target {proposal['target']!r}: register it first")
+
+
+def _check_premises(premises: Any) -> None:
+    if not isinstance(premises, list) or not all(
+        isinstance(p, dict)
+        and set(p) == {"name", "holds", "observed"}
+        and isinstance(p["name"], str)
+        and isinstance(p["holds"], bool)
+        for p in premises
+    ):
+        raise NotaryInputError("premises must be a list of {name, holds, observed} objects")
+
+
+def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
+    if kind not in AGENT_OUTCOME_KINDS:
+        raise NotaryInputError(f"kind {kind!r}: one of {', '.join(sorted(AGENT_OUTCOME_KINDS))}")
+    required: dict[str, type] = {}
+    if kind == EntryKind.COMMITTED:
+        required = {"state": str, "attempt": int, "result_ref": str}
+        if body.get("state") not in AGENT_COMMIT_STATES:
+            raise NotaryInputError(f"state: one of {', '.join(sorted(AGENT_COMMIT_STATES))}")
+    elif kind == EntryKind.FAILED:
+        required = {"attempt": int, "code": str}
+    elif kind == EntryKind.REFUSED:
+        required = {"reason": str}
+    for name, expected in required.items():
+        value = body.get(name)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise NotaryInputError(f"a {kind} entry needs {name} ({expected.__name__})")
+
+
+# --- the notary's own recovery sweep ---------------------------------------------------------
+
+
+def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
+    """Settle one effect left DISPATCHED past its target's max in-flight, if the notary can
+    know how it ended: from positive evidence in the ledger, else from the target's lookup
+    (tier 2), else AMBIGUOUS once the evidence window has passed. Never resends: a resend needs
+    the agent's credentials and a fresh premise check, which the gate's recover() does. Returns
+    what it did; safe to rerun."""
+    effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).first()
+    if effect is None or effect.settled_at is not None or effect.dispatched_at is None:
+        return "nothing_to_do"
+    target = Target.objects.get(tenant=tenant, name=effect.target)
+    now = timezone.now()
+    if now < effect.dispatched_at + target.max_inflight:
+        return "in_flight"
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    evidence = next((e for e in history if _is_positive_evidence(e)), None)
+    if evidence is not None:
+        body = evidence.body_value()
+        return _notary_verdict(
+            tenant=tenant,
+            effect=effect,
+            kind=EntryKind.COMMITTED,
+            body={
+                "state": "COMMITTED_ON_EVIDENCE",
+                "result_ref": str(body.get("result_ref", "")),
+                "recheck": {"by": "notary", "evidence_seq": evidence.seq},
+            },
+        )
+    if target.lookup_url:
+        answer = _notary_lookup(target, effect_id)
+        if isinstance(answer, Found):
+            return _notary_verdict(
+                tenant=tenant,
+                effect=effect,
+                kind=EntryKind.COMMITTED,
+                body={
+                    "state": "COMMITTED_ON_QUERY",
+                    "result_ref": answer.result_ref,
+                    "recheck": {"by": "notary", "lookup": "found"},
+                },
+            )
+        if isinstance(answer, NotFound):
+            return "not_found"  # known not sent: the agent's recover() may resend it
+    window = target.evidence_window
+    if window is not None and now >= effect.dispatched_at + window:
+        seconds = int(window.total_seconds())
+        return _notary_verdict(
+            tenant=tenant,
+            effect=effect,
+            kind=EntryKind.AMBIGUOUS,
+            body={
+                "recheck": {
+                    "by": "notary",
+                    "reason": f"no evidence within the target's evidence window ({seconds} s)",
+                }
+            },
+        )
+    return "waiting_for_evidence"
+
+
+@transaction.atomic(durable=True)
+def _notary_verdict(*, tenant: Tenant, effect: Effect, kind: str, body: Mapping[str, Any]) -> str:
+    """Record the verdict unless the effect moved on since it was read: settled by someone
+    else, or dispatched again (the verdict would speak of the wrong attempt)."""
+    lock_log(log=tenant.log)
+    history = effect_entries(log=tenant.log, effect_id=effect.effect_id)
+    attempt = last_attempt(history)
+    if has_verdict(history) or attempt != effect.attempts:
+        return "settled_meanwhile"
+    full = {**body, "attempt": attempt} if kind == EntryKind.COMMITTED else dict(body)
+    append_entry(log=tenant.log, kind=kind, body=full, effect_id=effect.effect_id)
+    _project_effect(tenant=tenant, effect_id=effect.effect_id)
+    return str(full.get("state", kind)).lower()
+
+
+def _is_positive_evidence(entry: LedgerEntry) -> bool:
+    """An OBSERVED entry (a webhook or a service's attestation) saying the effect was done."""
+    return entry.kind == EntryKind.OBSERVED and entry.body_value().get("outcome") == "performed"
+
+
+def _notary_lookup(target: Target, effect_id: str) -> Found | NotFound | Unknown:
+    service = HttpTarget(
+        name=target.name,
+        base_url=target.lookup_url.rstrip("/"),
+        tier=GateTier(target.tier),
+        queryable=True,
+        key_window=None,
+        max_inflight=target.max_inflight,
+        timeout_seconds=min(5.0, target.max_inflight.total_seconds()),
+    )
+    return service.lookup(effect_id)

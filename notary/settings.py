@@ -54,6 +54,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "ledger",
     "notary",
 ]
@@ -119,10 +121,38 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "notary.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Interlock notary",
+    "DESCRIPTION": (
+        "Receipts for AI agent actions. Every request takes `Authorization: Bearer <API key>`; "
+        'every error is `{"error": code, "detail": ...}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served from this notary, no outside assets
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # Celery: with no REDIS_URL the embedded mode runs every task inline.
 REDIS_URL = env_str("REDIS_URL", "")
+
+# The cache holds the failed-authentication counters: in Redis, shared by every web process,
+# when there is one; per process in the embedded mode.
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+# Bearer tokens that fail to authenticate, per client address per minute, before that address
+# is refused (429) for the rest of the minute, valid tokens included.
+NOTARY_AUTH_FAILURES_PER_MINUTE = env_int("NOTARY_AUTH_FAILURES_PER_MINUTE", 20)
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -132,6 +162,10 @@ CELERY_BEAT_SCHEDULE = {
     "sign-checkpoints": {
         "task": "ledger.tasks.sign_due_checkpoints",
         "schedule": float(env_int("NOTARY_CHECKPOINT_INTERVAL_SECONDS", 60)),
+    },
+    "sweep-in-flight": {
+        "task": "notary.tasks.sweep_in_flight",
+        "schedule": float(env_int("NOTARY_SWEEP_INTERVAL_SECONDS", 30)),
     },
 }
 

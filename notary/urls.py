@@ -3,8 +3,20 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from notary.views import LeaseDetailView, LeaseGrantView, LeaseRevokeView, WhoAmIView
+from notary.views import (
+    EffectDetailView,
+    EffectDispatchView,
+    EffectOutcomeView,
+    EffectProposeView,
+    EffectReceiptView,
+    EffectUnsettledView,
+    LeaseDetailView,
+    LeaseGrantView,
+    LeaseRevokeView,
+    WhoAmIView,
+)
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -18,4 +30,24 @@ urlpatterns = [
     path("v1/leases", LeaseGrantView.as_view(), name="lease-grant"),
     path("v1/leases/<str:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
     path("v1/leases/<str:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
+    path("v1/effects", EffectProposeView.as_view(), name="effect-propose"),
+    path("v1/effects/unsettled", EffectUnsettledView.as_view(), name="effect-unsettled"),
+    path("v1/effects/<str:effect_id>", EffectDetailView.as_view(), name="effect-detail"),
+    path(
+        "v1/effects/<str:effect_id>/dispatch", EffectDispatchView.as_view(), name="effect-dispatch"
+    ),
+    path("v1/effects/<str:effect_id>/outcome", EffectOutcomeView.as_view(), name="effect-outcome"),
+    path("v1/effects/<str:effect_id>/receipt", EffectReceiptView.as_view(), name="effect-receipt"),
+    path(
+        "v1/schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        name="schema",
+    ),
+    path(
+        "v1/docs/",
+        SpectacularSwaggerView.as_view(
+            url_name="schema", authentication_classes=[], permission_classes=[]
+        ),
+        name="docs",
+    ),
 ]

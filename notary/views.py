@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -9,7 +10,22 @@ from rest_framework.views import APIView
 from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
 from notary.models import Role
-from notary.serializers import LeaseGrantInput, LeaseOutput, LeaseRevokeInput
+from notary.serializers import (
+    EffectDetailOutput,
+    EffectDispatchInput,
+    EffectOutcomeInput,
+    EffectOutput,
+    EffectProposeInput,
+    EntryOutput,
+    LeaseGrantInput,
+    LeaseOutput,
+    LeaseRevokeInput,
+    LimitInput,
+    ProposeOutput,
+    ReceiptOutput,
+    ReceiptQueryInput,
+    RecordedEntryOutput,
+)
 
 
 def _principal(request: Request) -> ApiKeyPrincipal:
@@ -69,3 +85,102 @@ class LeaseRevokeView(APIView):
             reason=given.validated_data["reason"],
         )
         return Response(LeaseOutput(lease).data)
+
+
+class EffectProposeView(APIView):
+    permission_classes = [role_required(Role.AGENT)]
+
+    @extend_schema(request=EffectProposeInput, responses={200: ProposeOutput, 201: ProposeOutput})
+    def post(self, request: Request) -> Response:
+        given = EffectProposeInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        tenant = _principal(request).tenant
+        entries, created = services.effect_propose(tenant=tenant, **given.validated_data)
+        effect = selectors.effect_get(tenant=tenant, effect_id=given.validated_data["effect_id"])
+        body = {"created": created, "effect": effect, "entries": entries}
+        return Response(ProposeOutput(body).data, status=201 if created else 200)
+
+
+class EffectUnsettledView(APIView):
+    permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="at most this many (1-10000)")],
+        responses=EffectOutput(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        given = LimitInput(data=request.query_params)
+        given.is_valid(raise_exception=True)
+        effects = selectors.unsettled_effects(
+            tenant=_principal(request).tenant, limit=given.validated_data["limit"]
+        )
+        return Response(EffectOutput(effects, many=True).data)
+
+
+class EffectDetailView(APIView):
+    permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
+
+    @extend_schema(responses=EffectDetailOutput)
+    def get(self, request: Request, effect_id: str) -> Response:
+        tenant = _principal(request).tenant
+        effect = selectors.effect_get(tenant=tenant, effect_id=effect_id)
+        history, lease_entries = selectors.effect_entries_for_receipt(tenant=tenant, effect=effect)
+        body = {"effect": effect, "entries": history, "lease_entries": lease_entries}
+        return Response(EffectDetailOutput(body).data)
+
+
+class EffectDispatchView(APIView):
+    permission_classes = [role_required(Role.AGENT)]
+
+    @extend_schema(request=EffectDispatchInput, responses={201: EntryOutput})
+    def post(self, request: Request, effect_id: str) -> Response:
+        given = EffectDispatchInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        entry = services.effect_dispatch(
+            tenant=_principal(request).tenant, effect_id=effect_id, **given.validated_data
+        )
+        return Response(EntryOutput(entry).data, status=201)
+
+
+class EffectOutcomeView(APIView):
+    permission_classes = [role_required(Role.AGENT)]
+
+    @extend_schema(
+        request=EffectOutcomeInput, responses={200: RecordedEntryOutput, 201: RecordedEntryOutput}
+    )
+    def post(self, request: Request, effect_id: str) -> Response:
+        given = EffectOutcomeInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        entry, recorded = services.effect_record_outcome(
+            tenant=_principal(request).tenant, effect_id=effect_id, **given.validated_data
+        )
+        body = {"recorded": recorded, "entry": entry}
+        return Response(RecordedEntryOutput(body).data, status=201 if recorded else 200)
+
+
+class EffectReceiptView(APIView):
+    permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "payload_hash", str, description="the receipt of a refused re-decided payload"
+            )
+        ],
+        responses=ReceiptOutput,
+    )
+    def get(self, request: Request, effect_id: str) -> Response:
+        given = ReceiptQueryInput(data=request.query_params)
+        given.is_valid(raise_exception=True)
+        proved = selectors.effect_receipt(
+            tenant=_principal(request).tenant,
+            effect_id=effect_id,
+            payload_hash=given.validated_data.get("payload_hash"),
+        )
+        body = {
+            "receipt": proved.receipt.to_dict(),
+            "entries": proved.entries,
+            "checkpoint": proved.checkpoint,
+            "proofs": {str(seq): proof for seq, proof in proved.proofs.items()},
+        }
+        return Response(ReceiptOutput(body).data)

@@ -7,30 +7,12 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from ledger import selectors as ledger_selectors
-from notary import services
 from notary.models import Tenant
+from tests.notary.conftest import client_for
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(tenant: Tenant, role: str, holder: str) -> APIClient:
-    _, token = services.api_key_issue(tenant=tenant, role=role, holder=holder)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
-@pytest.fixture
-def acme() -> Tenant:
-    return services.tenant_create(slug="acme", name="Acme")
-
-
-@pytest.fixture
-def globex() -> Tenant:
-    return services.tenant_create(slug="globex", name="Globex")
 
 
 def grant_body(**changes: Any) -> dict[str, Any]:

@@ -15,11 +15,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def acme() -> Tenant:
-    return services.tenant_create(slug="acme", name="Acme")
-
-
-@pytest.fixture
 def approver(acme: Tenant) -> ApiKey:
     return services.api_key_issue(tenant=acme, role="approver", holder="alice@acme.example")[0]
 

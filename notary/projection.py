@@ -1,0 +1,37 @@
+"""The Effect row as a function of ledger entries: the one derivation both live writes and
+`rebuild_effects` use, so the table can always be recomputed from the ledger alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gate_client.journal import VERDICT_KINDS, is_payload_change, last_attempt
+from gate_client.receipts import derive_receipt
+from ledger.core.entries import Entry, EntryKind
+
+
+def effect_fields(history: Sequence[Entry], lease_entries: Sequence[Entry]) -> dict[str, Any]:
+    """Projection fields of the effect whose entries are `history` (its PROPOSED first)."""
+    proposed = next(e for e in history if e.kind == EntryKind.PROPOSED)
+    body = proposed.body_value()
+    journal = sorted([*history, *lease_entries], key=lambda e: e.seq)
+    receipt = derive_receipt(journal, proposed.effect_id)
+    dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
+    verdict = next(
+        (e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)), None
+    )
+    return {
+        "case_id": body["case_id"],
+        "target": body["target"],
+        "action": body["action"],
+        "lease_id": body["lease_id"],
+        "payload_hash": body["payload_hash"],
+        "state": receipt.final_state,
+        "attempts": last_attempt(list(history)),
+        "proposed_seq": proposed.seq,
+        "last_seq": history[-1].seq,
+        "proposed_at": proposed.created_at,
+        "dispatched_at": dispatches[-1].created_at if dispatches else None,
+        "settled_at": verdict.created_at if verdict is not None else None,
+    }

@@ -1,0 +1,361 @@
+"""The effect endpoints: propose, dispatch, outcome, receipt, the unsettled list — each scoped to
+the caller's tenant, each refusing bad input with the error body and an unchanged ledger."""
+
+from __future__ import annotations
+
+import base64
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from gate_client.proposal import Proposal
+from gate_client.receipts import check_chain, derive_receipt
+from ledger import services as ledger_services
+from ledger.core.checkpoint import log_verifier, parse_tlog_proof
+from ledger.core.entries import Entry, entry_from_leaf
+from ledger.core.note import Signer
+from ledger.models import Log
+from notary import services
+from notary.models import Effect, Tenant
+from tests.notary.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+class Agent:
+    """One tenant with a refund target, an approver's lease and an agent client."""
+
+    def __init__(self, tenant: Tenant, *, amount_limit: int = 2000) -> None:
+        self.tenant = tenant
+        services.target_register(
+            tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
+        )
+        approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
+        self.lease = services.lease_grant(
+            tenant=tenant,
+            approver=approver,
+            case_id="case_4711",
+            action="refund",
+            expires_at=timezone.now() + timedelta(hours=1),
+            requested_by="refund-bot",
+            limits={"amount_cents": amount_limit},
+        )
+        self.client = client_for(tenant, "agent", "refund-bot")
+
+    def proposal(self, amount: int = 2000) -> Proposal:
+        return Proposal(
+            case_id="case_4711",
+            target="refunds",
+            action="refund",
+            payload={"payment": "pay_1", "amount_cents": amount},
+            lease_id=self.lease.lease_id,
+            tenant=self.tenant.slug,
+        )
+
+    def propose(self, proposal: Proposal | None = None, **changes: Any) -> Any:
+        proposal = proposal or self.proposal()
+        body = {
+            "case_id": proposal.case_id,
+            "target": proposal.target,
+            "action": proposal.action,
+            "tenant": proposal.tenant,
+            "lease_id": proposal.lease_id,
+            "payload": dict(proposal.payload),
+            "payload_hash": proposal.payload_hash,
+            "premises": [],
+        }
+        body.update(changes)
+        request = {"effect_id": proposal.effect_id, "proposal": body}
+        return self.client.post("/v1/effects", request, format="json")
+
+    def dispatch(self, effect_id: str, attempt: int = 1, holds: bool = True) -> Any:
+        premises = [{"name": "payment_settled", "holds": holds, "observed": {"status": "paid"}}]
+        body = {"attempt": attempt, "premises": premises}
+        return self.client.post(f"/v1/effects/{effect_id}/dispatch", body, format="json")
+
+    def outcome(self, effect_id: str, kind: str, **body: Any) -> Any:
+        request = {"kind": kind, "body": body}
+        return self.client.post(f"/v1/effects/{effect_id}/outcome", request, format="json")
+
+
+def log_size(tenant: Tenant) -> int:
+    return Log.objects.get(pk=tenant.log_id).size
+
+
+def entries_of(response_entries: list[dict[str, Any]]) -> list[Entry]:
+    return [entry_from_leaf(base64.b64decode(e["leaf"])) for e in response_entries]
+
+
+@pytest.fixture
+def agent(acme: Tenant) -> Agent:
+    return Agent(acme)
+
+
+def test_propose_dispatch_commit_and_a_proved_receipt(agent: Agent, signer: Signer) -> None:
+    effect_id = agent.proposal().effect_id
+    proposed = agent.propose()
+    assert proposed.status_code == 201, proposed.json()
+    assert proposed.json()["created"] is True
+    assert proposed.json()["effect"]["state"] == "PROPOSED"
+    again = agent.propose()
+    assert again.status_code == 200
+    assert again.json()["entries"] == proposed.json()["entries"]
+
+    dispatched = agent.dispatch(effect_id)
+    assert dispatched.status_code == 201, dispatched.json()
+    assert dispatched.json()["kind"] == "DISPATCHED"
+    committed = agent.outcome(
+        effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="re_1", recheck=None
+    )
+    assert committed.status_code == 201, committed.json()
+
+    ledger_services.sign_checkpoint(log=agent.tenant.log, signer=signer)
+    shown = agent.client.get(f"/v1/effects/{effect_id}/receipt").json()
+    receipt = shown["receipt"]
+    assert receipt["final_state"] == "COMMITTED"
+    assert receipt["authorized_when_fired"] is True
+    assert receipt["assumptions_held"] is True
+    assert receipt["happened"] is True
+    entries = entries_of(shown["entries"])
+    assert derive_receipt(entries, effect_id).to_dict() == {
+        **receipt,
+        "entry_seqs": tuple(receipt["entry_seqs"]),
+    }
+    verifier = log_verifier(agent.tenant.log.origin, signer)
+    for entry in entries:
+        proof = parse_tlog_proof(shown["proofs"][str(entry.seq)])
+        proof.verify(entry.leaf_bytes(), [verifier], origin=agent.tenant.log.origin)
+    assert Effect.objects.get(effect_id=effect_id).state == "COMMITTED"
+
+
+def test_receipt_entries_are_the_logs_own_bytes(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    agent.dispatch(effect_id)
+    detail = agent.client.get(f"/v1/effects/{effect_id}").json()
+    history = entries_of(detail["entries"])
+    lease = entries_of(detail["lease_entries"])
+    assert [e.kind for e in lease] == ["LEASE_GRANTED"]
+    assert [e.kind for e in history] == ["PROPOSED", "DISPATCHED"]
+    log_entries = list(ledger_services_entries(agent.tenant))
+    check_chain(log_entries, origin=agent.tenant.log.origin)
+    assert {e.seq: e for e in log_entries} | {e.seq: e for e in history + lease} == {
+        e.seq: e for e in log_entries
+    }
+
+
+def ledger_services_entries(tenant: Tenant) -> list[Entry]:
+    from ledger.selectors import iter_entries
+
+    return list(iter_entries(log=tenant.log))
+
+
+def test_a_changed_payload_is_refused_and_has_its_own_receipt(agent: Agent) -> None:
+    first = agent.proposal(2000)
+    agent.propose(first)
+    changed = agent.proposal(3000)
+    answer = agent.propose(changed)
+    assert answer.status_code == 200
+    standing = answer.json()["entries"][0]["body"]
+    assert standing["payload_hash"] == first.payload_hash
+    refused = agent.outcome(
+        first.effect_id,
+        "REFUSED",
+        reason="payload_changed",
+        payload_hash=changed.payload_hash,
+        standing_payload_hash=first.payload_hash,
+    )
+    assert refused.status_code == 201
+    shown = agent.client.get(
+        f"/v1/effects/{first.effect_id}/receipt", {"payload_hash": changed.payload_hash}
+    ).json()
+    assert shown["receipt"]["final_state"] == "REFUSED:payload_changed"
+    assert Effect.objects.get(effect_id=first.effect_id).state == "PROPOSED"
+
+
+def test_a_revoked_lease_refuses_the_dispatch_and_records_nothing(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    services.lease_revoke(
+        tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="disputed"
+    )
+    size = log_size(agent.tenant)
+    refused = agent.dispatch(effect_id)
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "lease_refused"
+    assert refused.json()["reason"] == "lease_revoked"
+    assert log_size(agent.tenant) == size
+
+
+def test_over_the_limit_is_out_of_scope(acme: Tenant) -> None:
+    agent = Agent(acme, amount_limit=1000)
+    effect_id = agent.proposal(2000).effect_id
+    agent.propose(agent.proposal(2000))
+    refused = agent.dispatch(effect_id)
+    assert refused.status_code == 409
+    assert refused.json()["reason"] == "lease_scope"
+
+
+def test_attempts_are_compare_and_set(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    assert agent.dispatch(effect_id, attempt=2).status_code == 409
+    assert agent.dispatch(effect_id, attempt=1).status_code == 201
+    taken = agent.dispatch(effect_id, attempt=1)
+    assert taken.status_code == 409
+    assert taken.json() == {
+        "error": "attempt_taken",
+        "detail": "attempt 1 asked, 1 recorded",
+        "current": 1,
+    }
+    assert agent.dispatch(effect_id, attempt=2).status_code == 201
+
+
+def test_the_first_verdict_stands(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    agent.dispatch(effect_id)
+    first = agent.outcome(effect_id, "AMBIGUOUS", recheck={"reason": "tier 3"})
+    assert first.status_code == 201
+    size = log_size(agent.tenant)
+    second = agent.outcome(
+        effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="x", recheck=None
+    )
+    assert second.status_code == 200
+    assert second.json()["recorded"] is False
+    assert second.json()["entry"] == first.json()["entry"]
+    assert log_size(agent.tenant) == size
+    settled = agent.dispatch(effect_id, attempt=2)
+    assert settled.status_code == 409
+    assert settled.json()["error"] == "already_settled"
+
+
+def test_the_unsettled_list_is_what_recovery_must_settle(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    listed = agent.client.get("/v1/effects/unsettled").json()
+    assert [e["effect_id"] for e in listed] == [effect_id]
+    agent.dispatch(effect_id)
+    assert agent.client.get("/v1/effects/unsettled").json()[0]["state"] == "DISPATCHED"
+    agent.outcome(effect_id, "FAILED", attempt=1, code="card_declined")
+    assert agent.client.get("/v1/effects/unsettled").json() == []
+    assert Effect.objects.get(effect_id=effect_id).state == "FAILED:card_declined"
+
+
+BAD_PROPOSALS: list[tuple[str, dict[str, Any]]] = [
+    ("another tenant", {"tenant": "globex"}),
+    ("payload hash of another payload", {"payload_hash": "0" * 64}),
+    ("unregistered target", {"target": "emails"}),
+    ("payload not an object", {"payload": [1, 2]}),
+    ("premises not a list", {"premises": {"a": 1}}),
+    ("premise without holds", {"premises": [{"name": "x", "observed": None}]}),
+    ("empty lease", {"lease_id": ""}),
+    ("an extra key", {"extra": 1}),
+]
+
+
+@pytest.mark.parametrize(("why", "changes"), BAD_PROPOSALS, ids=[b[0] for b in BAD_PROPOSALS])
+def test_bad_proposals_are_400_and_write_nothing(
+    agent: Agent, why: str, changes: dict[str, Any]
+) -> None:
+    size = log_size(agent.tenant)
+    answer = agent.propose(**changes)
+    assert answer.status_code == 400, why
+    assert set(answer.json()) == {"error", "detail"}
+    assert log_size(agent.tenant) == size
+    assert not Effect.objects.exists()
+
+
+def test_bad_requests_at_every_effect_endpoint_are_4xx_and_write_nothing(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    client = agent.client
+    wrong_id = client.post("/v1/effects", {"effect_id": "eff_other", "proposal": {}}, format="json")
+    size = log_size(agent.tenant)
+    answers = [
+        wrong_id,
+        client.post("/v1/effects", {"effect_id": effect_id}, format="json"),
+        client.post("/v1/effects", "not json", content_type="application/json"),
+        agent.dispatch(effect_id, holds=False),
+        agent.dispatch(effect_id, attempt=0),
+        client.post(f"/v1/effects/{effect_id}/dispatch", {"attempt": 1}, format="json"),
+        agent.dispatch("eff_nope"),
+        agent.outcome(effect_id, "RESOLVED", happened=True),
+        agent.outcome(effect_id, "OBSERVED"),
+        agent.outcome(effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="r"),
+        agent.outcome(effect_id, "COMMITTED", state="COMMITTED_ON_EVIDENCE", attempt=1),
+        agent.outcome(effect_id, "FAILED", attempt="1", code="x"),
+        agent.outcome(effect_id, "REFUSED"),
+        agent.outcome("eff_nope", "AMBIGUOUS"),
+        client.get("/v1/effects/eff_nope"),
+        client.get("/v1/effects/eff_nope/receipt"),
+        client.get(f"/v1/effects/{effect_id}/receipt", {"payload_hash": "xyz"}),
+        client.get(f"/v1/effects/{effect_id}/receipt", {"payload_hash": "a" * 64}),
+        client.get("/v1/effects/unsettled", {"limit": 0}),
+    ]
+    for answer in answers:
+        assert 400 <= answer.status_code < 500, (answer.status_code, answer.content)
+        assert set(answer.json()) >= {"error", "detail"}, answer.content
+    assert log_size(agent.tenant) == size - 0
+
+
+def test_another_tenants_effects_do_not_exist_for_you(agent: Agent, globex: Tenant) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    agent.dispatch(effect_id)
+    other = client_for(globex, "agent", "globex-bot")
+    size = log_size(agent.tenant)
+    answers = [
+        other.get(f"/v1/effects/{effect_id}"),
+        other.get(f"/v1/effects/{effect_id}/receipt"),
+        other.post(f"/v1/effects/{effect_id}/dispatch", {"attempt": 2, "premises": []}, "json"),
+        other.post(
+            f"/v1/effects/{effect_id}/outcome", {"kind": "AMBIGUOUS", "body": {}}, format="json"
+        ),
+    ]
+    assert [a.status_code for a in answers] == [404, 404, 404, 404]
+    assert other.get("/v1/effects/unsettled").json() == []
+    assert log_size(agent.tenant) == size
+
+
+def test_roles_are_enforced_on_effects(agent: Agent) -> None:
+    approver = client_for(agent.tenant, "approver", "carol")
+    auditor = client_for(agent.tenant, "auditor", "dave")
+    assert approver.post("/v1/effects", {}, format="json").status_code == 403
+    assert auditor.post("/v1/effects", {}, format="json").status_code == 403
+    assert auditor.get("/v1/effects/unsettled").status_code == 200
+    assert APIClient().get("/v1/effects/unsettled").status_code == 401
+
+
+def test_rebuilding_the_projection_from_the_ledger_gives_the_live_table(agent: Agent) -> None:
+    for amount in (100, 200, 300, 400):
+        proposal = Proposal(
+            case_id="case_4711",
+            target="refunds",
+            action="refund",
+            payload={"amount_cents": amount},
+            lease_id=agent.lease.lease_id,
+            tenant=agent.tenant.slug,
+        )
+        agent.propose(proposal)
+        if amount >= 200:
+            agent.dispatch(proposal.effect_id)
+        if amount >= 300:
+            agent.outcome(
+                proposal.effect_id,
+                "COMMITTED",
+                state="COMMITTED",
+                attempt=1,
+                result_ref=f"re_{amount}",
+                recheck=None,
+            )
+    services.lease_revoke(
+        tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="done"
+    )
+    live = list(Effect.objects.order_by("effect_id").values())
+    assert services.effects_rebuild(tenant=agent.tenant) == len(live)
+    rebuilt = list(Effect.objects.order_by("effect_id").values())
+    assert [dict(r, id=None) for r in rebuilt] == [dict(r, id=None) for r in live]

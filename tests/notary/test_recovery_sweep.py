@@ -1,0 +1,211 @@
+"""The notary's recovery sweep: effects left DISPATCHED past their target's max in-flight are
+settled from evidence, from the target's own lookup, or as AMBIGUOUS once the evidence window
+has passed — and nothing is ever sent again by the notary."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from gate_client.http_target import HttpTarget
+from gate_client.proposal import Proposal
+from gate_client.receipts import derive_receipt
+from gate_client.targets import Sent, Tier
+from ledger.core.entries import EntryKind
+from ledger.selectors import iter_entries
+from ledger.services import append_entry
+from notary import selectors, services
+from notary.celery import app
+from notary.models import Effect, Target, Tenant
+from notary.tasks import settle_in_flight_effect, sweep_in_flight
+from tests.conftest import REPO_ROOT, child_database_url
+from tests.gate_client.target_server import RunningServer, read_acts, running_server
+
+INSTANT = timedelta(milliseconds=1)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[RunningServer]:
+    with running_server(tmp_path / "store", dedupe=False, lookup=True) as running:
+        yield running
+
+
+def register(
+    tenant: Tenant,
+    name: str,
+    *,
+    tier: int = 3,
+    max_inflight: timedelta = INSTANT,
+    evidence_window: timedelta | None = None,
+    lookup_url: str = "",
+) -> Target:
+    return services.target_register(
+        tenant=tenant,
+        name=name,
+        tier=tier,
+        queryable=tier == 2,
+        max_inflight=max_inflight,
+        evidence_window=evidence_window,
+        lookup_url=lookup_url,
+    )
+
+
+def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
+    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
+    lease = services.lease_grant(
+        tenant=tenant,
+        approver=approver,
+        case_id=case_id,
+        action="email",
+        expires_at=timezone.now() + timedelta(hours=1),
+        requested_by="mail-bot",
+    )
+    proposal = Proposal(
+        case_id=case_id,
+        target=target,
+        action="email",
+        payload={"to": "customer@example.com"},
+        lease_id=lease.lease_id,
+        tenant=tenant.slug,
+    )
+    body = {
+        "case_id": case_id,
+        "target": target,
+        "action": "email",
+        "tenant": tenant.slug,
+        "lease_id": lease.lease_id,
+        "payload": dict(proposal.payload),
+        "payload_hash": proposal.payload_hash,
+        "premises": [],
+    }
+    services.effect_propose(tenant=tenant, effect_id=proposal.effect_id, proposal=body)
+    services.effect_dispatch(
+        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
+    )
+    time.sleep(0.005)  # past the 1 ms in-flight window
+    return proposal.effect_id
+
+
+def receipt(tenant: Tenant, effect_id: str) -> dict[str, object]:
+    return derive_receipt(list(iter_entries(log=tenant.log)), effect_id).to_dict()
+
+
+@pytest.mark.django_db
+def test_only_effects_past_their_window_and_unsettled_are_due(acme: Tenant) -> None:
+    register(acme, "fast")
+    register(acme, "slow", max_inflight=timedelta(hours=1))
+    due = dispatched(acme, "fast", "case-1")
+    dispatched(acme, "slow", "case-2")
+    settled = dispatched(acme, "fast", "case-3")
+    services.effect_record_outcome(tenant=acme, effect_id=settled, kind="AMBIGUOUS", body={})
+    mine = [e for t, e in selectors.effects_due_for_sweep(now=timezone.now()) if t == acme.pk]
+    assert mine == [due]
+
+
+@pytest.mark.django_db
+def test_positive_evidence_settles_it_without_a_person(acme: Tenant) -> None:
+    register(acme, "mail", evidence_window=timedelta(hours=24))
+    effect_id = dispatched(acme, "mail", "case-1")
+    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "waiting_for_evidence"
+    append_entry(
+        log=acme.log,
+        kind=EntryKind.OBSERVED,
+        effect_id=effect_id,
+        body={"outcome": "performed", "source": "attestation", "result_ref": "msg_9"},
+    )
+    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "committed_on_evidence"
+    settled = receipt(acme, effect_id)
+    assert settled["final_state"] == "COMMITTED_ON_EVIDENCE"
+    assert settled["happened"] is True
+    assert settled["authorized_when_fired"] is True
+    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "nothing_to_do"
+
+
+@pytest.mark.django_db
+def test_a_tier_2_lookup_settles_what_the_service_did_and_never_resends(
+    acme: Tenant, service: RunningServer
+) -> None:
+    register(acme, "crm", tier=2, lookup_url=service.url)
+    acted = dispatched(acme, "crm", "case-acted")
+    sent = HttpTarget(
+        name="crm",
+        base_url=service.url,
+        tier=Tier.LOOKUP,
+        queryable=True,
+        key_window=None,
+        max_inflight=timedelta(seconds=5),
+    ).send(acted, {"to": "customer@example.com"})  # the agent's request; then it crashed
+    assert isinstance(sent, Sent)
+    never = dispatched(acme, "crm", "case-never")
+
+    assert services.effect_sweep(tenant=acme, effect_id=acted) == "committed_on_query"
+    assert receipt(acme, acted)["final_state"] == "COMMITTED_ON_QUERY"
+    assert services.effect_sweep(tenant=acme, effect_id=never) == "not_found"
+    assert Effect.objects.get(effect_id=never).state == "DISPATCHED"  # left for recover()
+    assert len(read_acts(service.store, acted)) == 1
+    assert read_acts(service.store, never) == []
+
+
+@pytest.mark.django_db
+def test_nothing_within_the_evidence_window_is_ambiguous_and_no_window_waits(
+    acme: Tenant,
+) -> None:
+    register(acme, "mail", evidence_window=INSTANT)
+    register(acme, "pager")
+    lapsed = dispatched(acme, "mail", "case-1")
+    patient = dispatched(acme, "pager", "case-2")
+    assert sweep_in_flight() >= 2  # eager in tests: the settle tasks run inline
+    assert receipt(acme, lapsed)["final_state"] == "AMBIGUOUS"
+    assert receipt(acme, lapsed)["recheck_at_recovery"] == {
+        "by": "notary",
+        "reason": "no evidence within the target's evidence window (0 s)",
+    }
+    assert Effect.objects.get(effect_id=patient).state == "DISPATCHED"
+    assert services.effect_sweep(tenant=acme, effect_id=lapsed) == "nothing_to_do"
+
+
+@pytest.mark.slow
+def test_a_real_worker_settles_from_the_redis_queue(transactional_db: None) -> None:
+    tenant = services.tenant_create(slug=f"sweep-{secrets.token_hex(4)}", name="Sweep")
+    register(tenant, "mail", evidence_window=INSTANT)
+    effect_id = dispatched(tenant, "mail", "case-1")
+    queue = f"test-{secrets.token_hex(4)}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "notary.settings",
+        "DATABASE_URL": child_database_url(),
+        "REDIS_URL": app.conf.broker_url,
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "--app", "notary", "worker", "--pool", "solo",
+         "--queues", queue, "--loglevel", "warning", "--without-heartbeat", "--without-gossip",
+         "--without-mingle"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    app.conf.task_always_eager = False
+    try:
+        for _ in range(2):  # a task delivered twice does no harm
+            settle_in_flight_effect.apply_async((tenant.pk, effect_id), queue=queue)
+        deadline = time.monotonic() + 30
+        while Effect.objects.get(effect_id=effect_id).state != "AMBIGUOUS":
+            assert worker.poll() is None, worker.stdout.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the worker settled nothing within 30 s"
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        app.conf.task_always_eager = True
+        worker.terminate()
+        worker.wait(timeout=10)
+    kinds = [e.kind for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
+    assert kinds == ["PROPOSED", "DISPATCHED", "AMBIGUOUS"]
