@@ -71,9 +71,10 @@ class Gate:
             )
             crash_point(CrashPoint.AFTER_PROPOSED)
             history = self.journal.history(effect_id)
-        if first.body_value()["payload_hash"] != proposal.payload_hash:
+        proposed = first.body_value()
+        if proposed["payload_hash"] != proposal.payload_hash:
             # The first payload stands: a re-decided payload is refused, never sent.
-            standing = first.body_value()["payload_hash"]
+            standing = proposed["payload_hash"]
             self.journal.record(
                 kind=EntryKind.REFUSED,
                 effect_id=effect_id,
@@ -88,28 +89,27 @@ class Gate:
             return self._receipt(effect_id)  # already ended: send nothing
         elif last_attempt(history):
             return self._recover_effect(effect_id)
-        return self._first_dispatch(effect_id, target, proposal.premises, recovering=False)
+        return self._first_dispatch(
+            effect_id, proposed, target, proposal.premises, recovering=False
+        )
 
     def recover(self) -> list[Receipt]:
         """Settle every effect that was proposed or dispatched and has no verdict yet."""
-        effect_ids = dict.fromkeys(e.effect_id for e in self.journal.entries() if e.effect_id)
-        return [
-            self._recover_effect(effect_id)
-            for effect_id in effect_ids
-            if not has_verdict(self.journal.history(effect_id))
-        ]
+        return [self._recover_effect(effect_id) for effect_id in self.journal.unsettled()]
 
     # --- recovery by tier --------------------------------------------------------------------
 
     def _recover_effect(self, effect_id: str) -> Receipt:
         history = self.journal.history(effect_id)
+        if has_verdict(history):
+            return self._receipt(effect_id)  # settled meanwhile, by another process
         proposed = _proposed(history)
         target = self._target(proposed["target"])
         premises = self.premises_for(proposed)
         dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
         if not dispatches:
             # The decision was durable and nothing was sent: dispatch it now, checked anew.
-            return self._first_dispatch(effect_id, target, premises, recovering=True)
+            return self._first_dispatch(effect_id, proposed, target, premises, recovering=True)
         attempt = dispatches[-1].body_value()["attempt"]
         tier = target.tier
         if (
@@ -123,7 +123,7 @@ class Gate:
         if tier == Tier.DEDUPES:
             failure, results = self._recheck(proposed, premises)
             if failure is None:
-                return self._resend(effect_id, target, attempt + 1, results)
+                return self._resend(effect_id, proposed, target, attempt + 1, results)
             return self._ask_then_settle(effect_id, target, failure)
         answer = self._ask(effect_id, target)
         if isinstance(answer, Found):
@@ -134,7 +134,7 @@ class Gate:
             return self._ambiguous(effect_id, {"lookup": "unknown", "detail": answer.reason})
         failure, results = self._recheck(proposed, premises)
         if failure is None:
-            return self._resend(effect_id, target, attempt + 1, results)
+            return self._resend(effect_id, proposed, target, attempt + 1, results)
         return self._refuse_at_recovery(effect_id, failure, "not_found")
 
     def _recheck(
@@ -183,7 +183,13 @@ class Gate:
     # --- dispatching ---------------------------------------------------------------------------
 
     def _first_dispatch(
-        self, effect_id: str, target: Target, premises: Sequence[Premise], *, recovering: bool
+        self,
+        effect_id: str,
+        proposed: Mapping[str, Any],
+        target: Target,
+        premises: Sequence[Premise],
+        *,
+        recovering: bool,
     ) -> Receipt:
         """Attempt 1: nothing was sent before, so a failed check is a plain refusal."""
         suffix = "_at_recovery" if recovering else ""
@@ -192,46 +198,45 @@ class Gate:
             details = {"failed": failed, "premises": results}
             return self._refuse(effect_id, "stale_premise" + suffix, details, recovering)
         try:
-            self._record_dispatch(effect_id, 1, results, recovering)
+            self.journal.dispatch(_dispatch_request(effect_id, proposed, 1, results, recovering))
         except LeaseRefused as refused:
             details = {"detail": refused.detail}
             return self._refuse(effect_id, refused.reason + suffix, details, recovering)
         except AttemptTaken:
             return self._receipt(effect_id)  # another process dispatched it; its outcome stands
-        return self._send(effect_id, target, 1, results, recovering)
+        return self._send(effect_id, proposed, target, 1, results, recovering)
 
     def _resend(
-        self, effect_id: str, target: Target, attempt: int, results: list[dict[str, Any]]
+        self,
+        effect_id: str,
+        proposed: Mapping[str, Any],
+        target: Target,
+        attempt: int,
+        results: list[dict[str, Any]],
     ) -> Receipt:
         """A resend after a dispatch that may have acted, just re-checked."""
         try:
-            self._record_dispatch(effect_id, attempt, results, True)
+            self.journal.dispatch(_dispatch_request(effect_id, proposed, attempt, results, True))
         except LeaseRefused as refused:
             # Revoked between the re-check and the dispatch: an earlier attempt may have acted.
             failure = {"reason": refused.reason, "detail": refused.detail}
             return self._ask_then_settle(effect_id, target, failure)
         except AttemptTaken:
             return self._receipt(effect_id)
-        return self._send(effect_id, target, attempt, results, True)
-
-    def _record_dispatch(
-        self, effect_id: str, attempt: int, results: list[dict[str, Any]], recovering: bool
-    ) -> None:
-        proposed = _proposed(self.journal.history(effect_id))
-        self.journal.dispatch(_dispatch_request(effect_id, proposed, attempt, results, recovering))
+        return self._send(effect_id, proposed, target, attempt, results, True)
 
     def _send(
         self,
         effect_id: str,
+        proposed: Mapping[str, Any],
         target: Target,
         attempt: int,
         results: list[dict[str, Any]],
         recovering: bool,
     ) -> Receipt:
         crash_point(CrashPoint.AFTER_DISPATCHED)
-        payload = _proposed(self.journal.history(effect_id))["payload"]
         try:
-            outcome = target.send(effect_id, payload)
+            outcome = target.send(effect_id, proposed["payload"])
         except InDoubt:
             if recovering:
                 return self._receipt(effect_id)  # still in flight: the next recover() goes on
@@ -280,7 +285,8 @@ class Gate:
         return self._receipt(effect_id)
 
     def _receipt(self, effect_id: str, *, payload_hash: str | None = None) -> Receipt:
-        return derive_receipt(self.journal.entries(), effect_id, payload_hash=payload_hash)
+        entries = self.journal.receipt_entries(effect_id)
+        return derive_receipt(entries, effect_id, payload_hash=payload_hash)
 
     def _target(self, name: str) -> Target:
         try:

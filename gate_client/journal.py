@@ -118,15 +118,17 @@ class Journal(Protocol):
         AttemptTaken if attempt - 1 is not the last recorded attempt."""
         ...
 
-    def entries(self) -> list[Entry]: ...
+    def history(self, effect_id: str) -> list[Entry]:
+        """The effect's entries, in order."""
+        ...
 
-    def history(self, effect_id: str) -> list[Entry]: ...
+    def receipt_entries(self, effect_id: str) -> list[Entry]:
+        """The entries the effect's receipt derives from: its own and its lease's."""
+        ...
 
-    def in_flight(self) -> list[str]: ...
-
-    def grant_lease(self, lease: Lease) -> Entry: ...
-
-    def revoke_lease(self, lease_id: str, *, by: str, reason: str) -> Entry: ...
+    def unsettled(self) -> list[str]:
+        """Effects with entries and no verdict yet, oldest first: what recover() settles."""
+        ...
 
     def lease_state(self, lease_id: str) -> LeaseState | None: ...
 
@@ -142,13 +144,8 @@ def is_payload_change(entry: Entry) -> bool:
 
 
 def has_verdict(history: Sequence[Entry]) -> bool:
-    """The effect is settled: the one test the gate, recovery and in_flight all use."""
+    """The effect is settled: the one test the gate, recovery and unsettled() all use."""
     return any(e.kind in VERDICT_KINDS and not is_payload_change(e) for e in history)
-
-
-def is_in_flight(history: Sequence[Entry]) -> bool:
-    """A dispatch was recorded and nothing yet says how the effect ended."""
-    return any(e.kind == EntryKind.DISPATCHED for e in history) and not has_verdict(history)
 
 
 def utc_now() -> datetime:
@@ -200,13 +197,16 @@ class LocalJournal:
         with self._locked():
             return [e for e in self._entries if e.effect_id == effect_id]
 
-    def in_flight(self) -> list[str]:
+    def receipt_entries(self, effect_id: str) -> list[Entry]:
+        return self.entries()
+
+    def unsettled(self) -> list[str]:
         with self._locked():
             by_effect: dict[str, list[Entry]] = {}
             for entry in self._entries:
                 if entry.effect_id:
                     by_effect.setdefault(entry.effect_id, []).append(entry)
-        return [effect_id for effect_id, history in by_effect.items() if is_in_flight(history)]
+        return [effect_id for effect_id, history in by_effect.items() if not has_verdict(history)]
 
     def lease_state(self, lease_id: str) -> LeaseState | None:
         with self._locked():

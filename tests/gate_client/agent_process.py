@@ -2,13 +2,16 @@
 
     python -m tests.gate_client.agent_process ROLE [JOURNAL WORLD_FILE] --url URL --case CASE ...
 
-    submit JOURNAL WORLD_FILE --tier N [--queryable] --text TEXT
-    recover JOURNAL WORLD_FILE --tier N [--queryable] [--resubmit TEXT]
+    submit JOURNAL WORLD_FILE --tier N [--queryable] --text TEXT [NOTARY]
+    recover JOURNAL WORLD_FILE --tier N [--queryable] [--resubmit TEXT] [NOTARY]
     plain --text TEXT
 
-`submit` sends one refund email through a Gate (HttpTarget at URL, LocalJournal at JOURNAL, one
-absolute premise read from WORLD_FILE); INTERLOCK_CRASH_AT in the environment kills it on the
-way. `recover` is the restarted process: the same gate runs `recover()` and, with --resubmit,
+    NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID
+
+`submit` sends one refund email through a Gate (HttpTarget at URL, LocalJournal at JOURNAL — or,
+with --notary, the notary's journal of the tenant whose agent key TOKEN is — and one absolute
+premise read from WORLD_FILE); INTERLOCK_CRASH_AT in the environment kills it on the way.
+`recover` is the restarted process: the same gate runs `recover()` and, with --resubmit,
 submits the case again with a re-decided text. Every receipt goes to stdout as one JSON line,
 ``{"step": "recover" | "submit", "receipt": Receipt.to_dict()}``.
 
@@ -29,7 +32,8 @@ from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import Gate
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
-from gate_client.journal import LocalJournal
+from gate_client.journal import Journal, LocalJournal
+from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt
 from gate_client.targets import Tier
@@ -41,8 +45,8 @@ OK_STATUSES = frozenset({"succeeded", "pending"})
 KEY_WINDOW = timedelta(hours=24)  # Stripe's and Resend's, for the targets that dedupe
 
 
-def effect_id(case_id: str) -> str:
-    return effect_id_for(case_id, TARGET, ACTION)
+def effect_id(case_id: str, tenant: str = "") -> str:
+    return effect_id_for(case_id, TARGET, ACTION, tenant=tenant)
 
 
 def payload(text: str) -> dict[str, Any]:
@@ -70,7 +74,10 @@ def build_gate(args: argparse.Namespace) -> Gate:
         timeout_seconds=args.max_inflight,
     )
     premises = [refund_premise(args.world_file)]
-    return Gate(LocalJournal(args.journal), {TARGET: target}, premises_for=lambda _: premises)
+    journal: Journal = (
+        NotaryJournal(args.notary, args.notary_token) if args.notary else LocalJournal(args.journal)
+    )
+    return Gate(journal, {TARGET: target}, premises_for=lambda _: premises)
 
 
 def proposal(args: argparse.Namespace, text: str) -> Proposal:
@@ -79,8 +86,9 @@ def proposal(args: argparse.Namespace, text: str) -> Proposal:
         target=TARGET,
         action=ACTION,
         payload=payload(text),
-        lease_id=LEASE_ID,
+        lease_id=args.lease,
         premises=[refund_premise(args.world_file)],
+        tenant=args.tenant,
     )
 
 
@@ -116,6 +124,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     gated.add_argument("--tier", type=int, choices=[t.value for t in Tier], required=True)
     gated.add_argument("--queryable", action="store_true")
     gated.add_argument("--max-inflight", type=float, default=2.0, help="seconds")
+    gated.add_argument("--notary", metavar="URL", help="journal at this notary, not in JOURNAL")
+    gated.add_argument("--notary-token", help="the notary agent key")
+    gated.add_argument("--tenant", default="", help="the notary tenant the effect belongs to")
+    gated.add_argument("--lease", default=LEASE_ID)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     roles = parser.add_subparsers(dest="role", required=True)
     roles.add_parser("submit", parents=[gated, text])

@@ -116,15 +116,16 @@ class FaultyJournal:
         action = partial(self.inner.dispatch, request)
         return self.calls.call("journal.dispatch", action, _disk_full)
 
-    def entries(self) -> list[Entry]:
-        return self.calls.call("journal.entries", self.inner.entries, _disk_full)
+    def receipt_entries(self, effect_id: str) -> list[Entry]:
+        action = partial(self.inner.receipt_entries, effect_id)
+        return self.calls.call("journal.receipt_entries", action, _disk_full)
 
     def history(self, effect_id: str) -> list[Entry]:
         action = partial(self.inner.history, effect_id)
         return self.calls.call("journal.history", action, _disk_full)
 
-    def in_flight(self) -> list[str]:
-        return self.calls.call("journal.in_flight", self.inner.in_flight, _disk_full)
+    def unsettled(self) -> list[str]:
+        return self.calls.call("journal.unsettled", self.inner.unsettled, _disk_full)
 
     def grant_lease(self, lease: Lease) -> Entry:
         action = partial(self.inner.grant_lease, lease)

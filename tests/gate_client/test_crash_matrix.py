@@ -19,11 +19,11 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, closing
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -32,6 +32,7 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.receipts import Happened, Receipt, ReceiptError, verify_receipt
 from gate_client.targets import Tier
+from ledger.core.entries import Entry
 from tests.gate_client.agent_process import ACTION, LEASE_ID, effect_id
 from tests.gate_client.seed_tables import SEED_EMAIL_TABLE
 from tests.gate_client.target_server import REPO_ROOT, RunningServer, running_server
@@ -192,9 +193,46 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class CellJournal:
+    """Where one cell's gate keeps its journal, as its agent processes are told."""
+
+    agent_args: list[str]  # the JOURNAL argument, then any notary flags
+    effect_id: str
+    lease_id: str
+    path: Path | None = None  # a local journal's file
+
+
+class LocalJournals:
+    """Each cell's journal is a file of its own, holding its lease too."""
+
+    origin = ORIGIN
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def open_cell(self, case_id: str, target: str) -> CellJournal:
+        path = self.directory / f"{case_id}.journal"
+        with closing(LocalJournal(path)) as opened:
+            expires = datetime.now(UTC) + timedelta(hours=48)
+            opened.grant_lease(Lease(LEASE_ID, case_id, ACTION, expires, "support"))
+        return CellJournal([str(path)], effect_id(case_id), LEASE_ID, path)
+
+    def revoke(self, journal: CellJournal) -> None:
+        assert journal.path is not None
+        with closing(LocalJournal(journal.path)) as opened:
+            opened.revoke_lease(journal.lease_id, by="finance", reason="the customer disputed it")
+
+    def entries(self, journal: CellJournal) -> tuple[list[Entry], str]:
+        assert journal.path is not None
+        with closing(LocalJournal(journal.path)) as opened:
+            return opened.entries(), ORIGIN
+
+
+@dataclass(frozen=True)
 class CellRun:
     cell: Cell
-    journal: Path  # a plain retry keeps none: for it this file never exists
+    journal_entries: list[Entry]  # the whole journal (or notary log) the receipts derive from
+    origin: str
     returncodes: tuple[int, int]  # the worker, then the restarted process
     acts: list[dict[str, Any]]  # the service's own record of this effect
     acts_before_change: int
@@ -215,12 +253,23 @@ class CellRun:
         return Observed(self.cell.change, self.acts, self.acts_before_change, claimed)
 
 
+class Journals(Protocol):
+    def open_cell(self, case_id: str, target: str) -> CellJournal: ...
+
+    def revoke(self, journal: CellJournal) -> None: ...
+
+    def entries(self, journal: CellJournal) -> tuple[list[Entry], str]: ...
+
+
 class Harness:
     """Runs cells in parallel, each once per module, each with its own journal and case id."""
 
-    def __init__(self, servers: Mapping[str, RunningServer], directory: Path) -> None:
+    def __init__(
+        self, servers: Mapping[str, RunningServer], directory: Path, journals: Journals
+    ) -> None:
         self.servers = servers
         self.directory = directory
+        self.journals = journals
         self.token = secrets.token_hex(4)  # case ids never repeat, even across test sessions
         self._pool = ThreadPoolExecutor(PARALLEL_CELLS)
         self._lock = threading.Lock()
@@ -240,27 +289,25 @@ class Harness:
     def _run_cell(self, cell: Cell) -> CellRun:
         server = self.servers[cell.target]
         case_id = f"case-{self.token}-{cell.name.replace('/', '-')}"
-        effect = effect_id(case_id)
-        journal = self.directory / f"{case_id}.journal"
         world = self.directory / f"{case_id}.world.json"
         set_refund_status(world, "succeeded")
         gated = cell.system == "gate"
-        if gated:
-            with closing(LocalJournal(journal)) as opened:
-                expires = datetime.now(UTC) + timedelta(hours=48)
-                opened.grant_lease(Lease(LEASE_ID, case_id, ACTION, expires, "support"))
+        journal = self.journals.open_cell(case_id, cell.target) if gated else None
+        effect = journal.effect_id if journal is not None else effect_id(case_id)
         if cell.crash is None:
             server.drop_next_response(effect)
-        gate_args = [str(journal), str(world), *self._declared(cell.target)] if gated else []
+        gate_args = []
+        if journal is not None:
+            [journal_arg, *notary_flags] = journal.agent_args
+            gate_args = [journal_arg, str(world), *self._declared(cell.target), *notary_flags]
         common = ["--url", server.url, "--case", case_id]
         worker = run_agent(
             ["submit" if gated else "plain", *gate_args, *common, "--text", FIRST_TEXT], cell.crash
         )
 
         acts_before_change = len(server.acts(effect))
-        if cell.change == Change.LEASE_REVOKED and gated:  # a plain retry has no lease to revoke
-            with closing(LocalJournal(journal)) as opened:
-                opened.revoke_lease(LEASE_ID, by="finance", reason="the customer disputed it")
+        if cell.change == Change.LEASE_REVOKED and journal is not None:  # plain has no lease
+            self.journals.revoke(journal)
         elif cell.change == Change.PREMISE_BROKEN:
             set_refund_status(world, "failed")
         text = SECOND_TEXT if cell.change == Change.REDECIDES else FIRST_TEXT
@@ -272,9 +319,11 @@ class Harness:
             restarted = run_agent(["plain", *common, "--text", text], None)
         printed = receipts(worker.stdout)
         reprinted = receipts(restarted.stdout)
+        entries, origin = self.journals.entries(journal) if journal is not None else ([], "")
         return CellRun(
             cell=cell,
-            journal=journal,
+            journal_entries=entries,
+            origin=origin,
             returncodes=(worker.returncode, restarted.returncode),
             acts=server.acts(effect),
             acts_before_change=acts_before_change,
@@ -323,19 +372,27 @@ def receipt_from(data: Mapping[str, Any]) -> Receipt:
     return Receipt(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
-    directory = tmp_path_factory.mktemp("crash_matrix")
+@contextmanager
+def started_servers(directory: Path) -> Iterator[dict[str, RunningServer]]:
+    """One service process per target column, each doing what its column says."""
     with ExitStack() as stack:
-        servers = {
+        yield {
             name: stack.enter_context(
                 running_server(directory / f"{name}.store", dedupe=kind.dedupe, lookup=kind.lookup)
             )
             for name, kind in TARGETS.items()
         }
-        harness = Harness(servers, directory)
-        stack.callback(harness.close)
-        yield harness
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    directory = tmp_path_factory.mktemp("crash_matrix")
+    with started_servers(directory) as servers:
+        harness = Harness(servers, directory, LocalJournals(directory))
+        try:
+            yield harness
+        finally:
+            harness.close()
 
 
 # --- judging a gate cell -------------------------------------------------------------------------
@@ -385,12 +442,10 @@ def gate_problems(run: CellRun) -> list[str]:
     receipt = run.effect_receipt()
     if receipt is not None and receipt["happened"] not in (bool(run.acts), "unknown"):
         problems.append(f"happened={receipt['happened']!r}, the service acted {len(run.acts)}")
-    with closing(LocalJournal(run.journal)) as journal:
-        entries = journal.entries()
     printed = [run.submitted, *run.recovered, run.resubmitted]
     for data in filter(None, printed):
         try:
-            verify_receipt(receipt_from(data), entries, origin=ORIGIN)
+            verify_receipt(receipt_from(data), run.journal_entries, origin=run.origin)
         except ReceiptError as error:
             problems.append(f"receipt does not verify: {error}")
     if found := violations(run.observed()):

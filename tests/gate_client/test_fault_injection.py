@@ -210,7 +210,8 @@ def test_the_clean_runs_reach_every_call_of_the_protocol(kind: str) -> None:
     reached = set().union(*(TRACES[kind, name] for name in SCENARIOS))
     expected = {
         "journal.history",
-        "journal.entries",
+        "journal.receipt_entries",
+        "journal.unsettled",
         "journal.propose",
         "journal.record",
         "journal.dispatch",

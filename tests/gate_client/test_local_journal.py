@@ -104,7 +104,7 @@ def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path
     journal.grant_lease(LEASE)
     first = dispatch(journal)
     assert first.kind == EntryKind.DISPATCHED
-    assert journal.in_flight() == ["eff_1"]
+    assert journal.unsettled() == ["eff_1"]
     with pytest.raises(AttemptTaken):
         dispatch(journal, attempt=1)
     with pytest.raises(AttemptTaken):
@@ -113,11 +113,11 @@ def test_dispatch_checks_the_lease_atomically_and_counts_attempts(tmp_path: Path
     journal.revoke_lease("lease_1", by="finance", reason="customer disputed")
     with pytest.raises(LeaseRefused, match="lease_revoked"):
         dispatch(journal, attempt=2)
-    assert journal.in_flight() == ["eff_1"]  # a refused resend does not end attempt 1
+    assert journal.unsettled() == ["eff_1"]  # a refused resend does not end attempt 1
     journal.record(kind=EntryKind.REFUSED, effect_id="eff_1", body={"reason": "payload_changed"})
-    assert journal.in_flight() == ["eff_1"]  # refusing another payload settles nothing
+    assert journal.unsettled() == ["eff_1"]  # refusing another payload settles nothing
     journal.record(kind=EntryKind.AMBIGUOUS, effect_id="eff_1", body={})
-    assert journal.in_flight() == []
+    assert journal.unsettled() == []
 
 
 def test_a_refusal_after_a_dispatch_settles_the_effect(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_a_refusal_after_a_dispatch_settles_the_effect(tmp_path: Path) -> None:
     journal.record(
         kind=EntryKind.REFUSED, effect_id="eff_1", body={"reason": "stale_premise_at_recovery"}
     )
-    assert journal.in_flight() == []
+    assert journal.unsettled() == []
 
 
 def test_expired_and_over_limit_dispatches_are_refused(tmp_path: Path) -> None:

@@ -1,0 +1,206 @@
+"""The gate's journal kept by the hosted notary: the same protocol as LocalJournal, over HTTP.
+
+Fail closed: a method returns only on the notary's durable acknowledgement, and anything else —
+a refused connection, a timeout, a 5xx — raises JournalError, so the gate never dispatches on a
+record it cannot prove. Requests are retried only where a retry cannot record twice: reads,
+propose (idempotent on the effect id) and outcomes (the notary keeps the first verdict). A
+dispatch is never retried: had the lost answer been a success, the retry would look like another
+agent's attempt; the gate leaves the effect to recover() instead."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
+from gate_client.leases import Lease, LeaseState
+from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
+
+_RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+class NotaryError(JournalError):
+    """The notary refused a request or could not be reached."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        code: str = "",
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.body = dict(body or {})
+
+
+class NotaryJournal:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+        self._retries = retries
+        self._backoff = backoff
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> NotaryJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        answer = self._call(
+            "POST", "/v1/effects", json={"effect_id": effect_id, "proposal": dict(body)}
+        )
+        entries = _entries(answer["entries"])
+        return next(e for e in entries if e.kind == EntryKind.PROPOSED)
+
+    def dispatch(self, request: DispatchRequest) -> Entry:
+        body = {
+            "attempt": request.attempt,
+            "premises": [dict(p) for p in request.premises],
+            "recovery": request.recovery,
+        }
+        try:
+            answer = self._call(
+                "POST", f"/v1/effects/{request.effect_id}/dispatch", json=body, retry=False
+            )
+        except NotaryError as refused:
+            if refused.status != 409:
+                raise
+            if refused.code == "lease_refused":
+                raise LeaseRefused(refused.body["reason"], refused.body["detail"]) from refused
+            current = refused.body.get("current", -1)
+            raise AttemptTaken(request.effect_id, request.attempt, current) from refused
+        return _entry(answer)
+
+    def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        answer = self._call(
+            "POST",
+            f"/v1/effects/{effect_id}/outcome",
+            json={"kind": str(kind), "body": dict(body)},
+        )
+        return _entry(answer["entry"])
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def history(self, effect_id: str) -> list[Entry]:
+        detail = self._effect(effect_id)
+        return [] if detail is None else _entries(detail["entries"])
+
+    def receipt_entries(self, effect_id: str) -> list[Entry]:
+        detail = self._effect(effect_id)
+        if detail is None:
+            return []
+        entries = _entries(detail["entries"]) + _entries(detail["lease_entries"])
+        return sorted(entries, key=lambda e: e.seq)
+
+    def unsettled(self) -> list[str]:
+        return [e["effect_id"] for e in self._call("GET", "/v1/effects/unsettled")]
+
+    def lease_state(self, lease_id: str) -> LeaseState | None:
+        try:
+            shown = self._call("GET", f"/v1/leases/{lease_id}")
+        except NotaryError as missing:
+            if missing.status == 404:
+                return None
+            raise
+        lease = Lease(
+            lease_id=shown["lease_id"],
+            case_id=shown["case_id"],
+            action=shown["action"],
+            expires_at=_timestamp(shown["expires_at"]),
+            granted_by=shown["granted_by"],
+            limits=shown["limits"],
+            payload_hash=shown["payload_hash"] or None,
+        )
+        revoked_at = shown["revoked_at"]
+        if revoked_at is None:
+            return LeaseState(lease)
+        return LeaseState(lease, _timestamp(revoked_at), shown["revoked_by"])
+
+    def _effect(self, effect_id: str) -> dict[str, Any] | None:
+        try:
+            detail: dict[str, Any] = self._call("GET", f"/v1/effects/{effect_id}")
+        except NotaryError as missing:
+            if missing.status == 404:
+                return None
+            raise
+        return detail
+
+    # --- the wire --------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, json: Any = None, retry: bool = True) -> Any:
+        attempts = 1 + (self._retries if retry else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = self._client.request(method, path, json=json)
+            except httpx.HTTPError as exc:
+                if last:
+                    raise NotaryError(f"{method} {path}: notary unreachable: {exc}") from exc
+            else:
+                if response.status_code not in _RETRY_STATUSES or last:
+                    return _answer(method, path, response)
+            time.sleep(self._backoff * 2**attempt)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _answer(method: str, path: str, response: httpx.Response) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.is_success and body is not None:
+        return body
+    code = body.get("error", "") if isinstance(body, dict) else ""
+    detail = body.get("detail", response.text[:200]) if isinstance(body, dict) else response.text
+    raise NotaryError(
+        f"{method} {path}: {response.status_code} {code}: {detail}",
+        status=response.status_code,
+        code=code,
+        body=body if isinstance(body, dict) else None,
+    )
+
+
+def _entry(shown: Mapping[str, Any]) -> Entry:
+    """An entry from its exact leaf bytes; the hash the notary states must be their hash."""
+    try:
+        entry = entry_from_leaf(base64.b64decode(shown["leaf"], validate=True))
+    except (EntryError, ValueError, KeyError) as exc:
+        raise NotaryError(f"the notary sent an unreadable entry: {exc}") from exc
+    if entry.entry_hash.hex() != shown["entry_hash"] or entry.seq != shown["seq"]:
+        raise NotaryError(f"entry {shown.get('seq')}: stated hash or seq does not match its bytes")
+    return entry
+
+
+def _entries(shown: list[Mapping[str, Any]]) -> list[Entry]:
+    return [_entry(e) for e in shown]
+
+
+def _timestamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -1,0 +1,75 @@
+"""A real notary for end-to-end tests: gunicorn serving the WSGI app, against the test database."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def running_notary(
+    database_url: str, var_dir: Path, *, workers: int = 2, threads: int = 8
+) -> Iterator[str]:
+    """Start gunicorn on a free port; yield its base URL once /healthz answers; stop it.
+    Its errors go to gunicorn.log in `var_dir`."""
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "INTERLOCK_CRASH_AT")},
+        "DJANGO_SETTINGS_MODULE": "notary.settings",
+        "DATABASE_URL": database_url,
+        "NOTARY_VAR_DIR": str(var_dir),
+    }
+    log = var_dir / "gunicorn.log"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "notary.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            "gthread",
+            "--threads",
+            str(threads),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as reply:
+                    reply.read()
+                    break
+            except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError(log.read_text()) from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the notary did not answer within 30 s") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
