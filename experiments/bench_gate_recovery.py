@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
+from gate_client.reference_service import RunningServer, running_server
 from gate_client.targets import Tier
 from tests.gate_client.agent_process import ACTION, LEASE_ID, effect_id
-from tests.gate_client.target_server import RunningServer, running_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRASH = CrashPoint.AFTER_TARGET_ACTED

@@ -179,4 +179,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+    # A 404 or 409 is the protocol answering (no such effect yet, attempt taken), not a fault.
+    "loggers": {"django.request": {"level": "ERROR"}},
 }

@@ -31,11 +31,12 @@ from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.receipts import Happened, Receipt, ReceiptError, verify_receipt
+from gate_client.reference_service import RunningServer, running_server
 from gate_client.targets import Tier
 from ledger.core.entries import Entry
+from tests.conftest import REPO_ROOT
 from tests.gate_client.agent_process import ACTION, LEASE_ID, effect_id
 from tests.gate_client.seed_tables import SEED_EMAIL_TABLE
-from tests.gate_client.target_server import REPO_ROOT, RunningServer, running_server
 
 pytestmark = pytest.mark.slow
 

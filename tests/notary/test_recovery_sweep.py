@@ -19,6 +19,7 @@ from django.utils import timezone
 from gate_client.http_target import HttpTarget
 from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
+from gate_client.reference_service import RunningServer, read_acts, running_server
 from gate_client.targets import Sent, Tier
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
@@ -28,7 +29,6 @@ from notary.celery import app
 from notary.models import Effect, Target, Tenant
 from notary.tasks import settle_in_flight_effect, sweep_in_flight
 from tests.conftest import REPO_ROOT, child_database_url
-from tests.gate_client.target_server import RunningServer, read_acts, running_server
 
 INSTANT = timedelta(milliseconds=1)
 

@@ -1,127 +1,259 @@
+"""`make demo`: one refund through a running notary, with a crash in the middle.
+
+The notary is served from this process (Django's threaded WSGI server on a free port, on the
+embedded SQLite database); the payment service is gate_client's reference service; the agent is
+a separate process, run twice: first it is SIGKILLed after the payment service refunded and
+before the outcome was recorded, then a fresh process recovers. Everything the agent knows
+comes over HTTP; everything printed at the end is checked with the log's public key alone."""
+
 from __future__ import annotations
 
+import argparse
 import base64
+import json
+import os
 import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.servers.basehttp import (
+    ThreadedWSGIServer,
+    WSGIRequestHandler,
+    get_internal_wsgi_application,
+)
+from django.utils import timezone
 
-from ledger import selectors, services
-from ledger.core.checkpoint import log_verifier, open_checkpoint, parse_tlog_proof
-from ledger.core.merkle import verify_consistency
+from gate_client.faults import CrashPoint
+from gate_client.gate import Gate
+from gate_client.http_target import HttpTarget
+from gate_client.notary_journal import NotaryJournal
+from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.receipts import Receipt, derive_receipt
+from gate_client.reference_service import read_acts, running_server
+from gate_client.targets import Tier
+from ledger import services as ledger_services
+from ledger.core.checkpoint import log_verifier, parse_tlog_proof
+from ledger.core.entries import entry_from_leaf
+from ledger.core.note import parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
+from notary import services
 
 DEMO_DOMAIN = "demo.interlock.example"
+TARGET = "payments"
+MAX_INFLIGHT = timedelta(seconds=2)
 
 
 class Command(BaseCommand):
     help = (
-        "Walk through one agent refund as the ledger records it: entries appended to a fresh log, "
-        "a signed checkpoint, the log's vkey, a tlog-proof checked offline, a consistency proof, "
-        "and a full verification."
+        "Walk one agent refund through a running notary: a lease granted, the refund proposed "
+        "and dispatched, the agent killed before it records the outcome, recovery, and the "
+        "receipt with its proofs checked against the log's public key."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--origin", help="log origin (default: a fresh demo log)")
+        parser.add_argument("--agent", choices=["submit", "recover"], help=argparse.SUPPRESS)
+        parser.add_argument("--notary", help=argparse.SUPPRESS)
+        parser.add_argument("--token", help=argparse.SUPPRESS)
+        parser.add_argument("--service", help=argparse.SUPPRESS)
+        parser.add_argument("--tenant", help=argparse.SUPPRESS)
+        parser.add_argument("--lease", help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["agent"]:
+            self._be_the_agent(options)
+            return
         key_file = settings.NOTARY_SIGNING_KEY_FILE
         if not key_file.exists():
             write_signing_key(path=key_file, name=DEMO_DOMAIN)
             self._say(f"Created the notary signing key at {key_file}.")
-        signer = load_signing_key()
+        with (
+            tempfile.TemporaryDirectory() as scratch,
+            running_server(Path(scratch) / "refunds", dedupe=True, lookup=True) as payments,
+            _serving_notary() as notary_url,
+        ):
+            self._walk_through(notary_url, payments.url, Path(payments.store))
 
-        origin = options["origin"] or f"{DEMO_DOMAIN}/log-{secrets.token_hex(4)}"
-        log = services.ensure_log(origin=origin)
-        self._say(f"1. A log for one tenant: {origin}")
-
-        effect_id = "eff_" + secrets.token_hex(16)
-        story: list[tuple[str, dict[str, Any], str]] = [
-            (
-                "LEASE_GRANTED",
-                {
-                    "lease_id": "lease_1",
-                    "case_id": "case_4711",
-                    "action": "refund",
-                    "max_amount_cents": 2000,
-                    "granted_by": "support@shop.example",
-                },
-                "",
-            ),
-            (
-                "PROPOSED",
-                {
-                    "case_id": "case_4711",
-                    "target": "stripe",
-                    "action": "refund",
-                    "payload": {"payment": "pi_100", "amount_cents": 2000},
-                    "premises": [
-                        {"name": "payment_refundable", "observed": {"status": "succeeded"}}
-                    ],
-                },
-                effect_id,
-            ),
-            ("DISPATCHED", {"attempt": 1, "lease_id": "lease_1", "lease_live": True}, effect_id),
-            ("COMMITTED", {"attempt": 1, "result_ref": "re_123"}, effect_id),
-        ]
-        for kind, body, entry_effect in story:
-            entry = services.append_entry(log=log, kind=kind, body=body, effect_id=entry_effect)
-            self._say(
-                f"   seq {entry.seq}  {kind:<14} entry hash {bytes(entry.entry_hash).hex()[:16]}…"
-            )
-
-        first = services.sign_checkpoint(log=log, signer=signer)
-        self._say(
-            "\n2. The notary signs a checkpoint (C2SP tlog-checkpoint, signed-note, Ed25519):"
+    def _walk_through(self, notary_url: str, service_url: str, store: Path) -> None:
+        slug = f"shop-{secrets.token_hex(3)}"
+        tenant = services.tenant_create(slug=slug, name="A shop")
+        services.target_register(
+            tenant=tenant, name=TARGET, tier=1, queryable=True, max_inflight=MAX_INFLIGHT
         )
-        self.stdout.write(first.note)
-        verifier = log_verifier(origin, signer)
-        self._say("3. The log's verifier key (give it to auditors):")
-        self.stdout.write(verifier.vkey + "\n")
-
-        committed_seq = len(story) - 1
-        proof = selectors.tlog_proof(log=log, index=committed_seq)
-        leaf = selectors.get_entry(log=log, seq=committed_seq).leaf_bytes()
-        self._say(
-            f"4. A C2SP tlog-proof that the COMMITTED entry (seq {committed_seq}) is in the log:"
-        )
-        self.stdout.write(proof.text())
-        self._say("   The entry's exact leaf bytes:")
-        self.stdout.write("   " + leaf.decode() + "\n")
-
-        # Offline: only the proof text, the leaf bytes and the vkey — no database.
-        checked = parse_tlog_proof(proof.text()).verify(leaf, [verifier], origin=origin)
-        self._say(
-            f"5. Offline check with only the vkey: signature valid, entry {committed_seq} included "
-            f"in the tree of size {checked.size}: VERIFIED"
-        )
-
-        services.append_entry(
-            log=log,
-            kind="OBSERVED",
-            effect_id=effect_id,
-            body={"provider": "stripe", "event_type": "charge.refunded", "event_id": "evt_1"},
-        )
-        second = services.sign_checkpoint(log=log, signer=signer)
-        old = open_checkpoint(first.note, [verifier], origin=origin)
-        new = open_checkpoint(second.note, [verifier], origin=origin)
-        verify_consistency(
-            old_size=old.size,
-            new_size=new.size,
-            old_root=old.root,
-            new_root=new.root,
-            proof=selectors.consistency_proof(log=log, old_size=old.size, new_size=new.size),
+        _, agent_token = services.api_key_issue(tenant=tenant, role="agent", holder="refund-bot")
+        _, approver_token = services.api_key_issue(
+            tenant=tenant, role="approver", holder="maria@shop.example"
         )
         self._say(
-            f"6. One more entry, a new checkpoint of size {new.size}; the consistency proof from "
-            f"size {old.size} verifies: the log only grew. "
-            f"Root {base64.b64encode(new.root).decode()}"
+            f"1. The notary is serving {notary_url}; tenant {slug!r}, log {tenant.log.origin}"
         )
 
-        self._say("7. Full verification of chain, tree and checkpoints:")
-        call_command("verify_ledger", log=origin, no_progress=True, stdout=self.stdout)
+        approver = httpx.Client(
+            base_url=notary_url, headers={"Authorization": f"Bearer {approver_token}"}
+        )
+        granted = approver.post(
+            "/v1/leases",
+            json={
+                "case_id": "case_4711",
+                "action": "refund",
+                "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
+                "requested_by": "refund-bot",
+                "limits": {"amount_cents": 2000},
+            },
+        )
+        granted.raise_for_status()
+        lease = granted.json()
+        self._say(
+            f"2. {lease['granted_by']} grants lease {lease['lease_id']}: refund on case_4711, "
+            f"at most 2000 cents (ledger seq {lease['granted_seq']})"
+        )
+
+        agent_args = [
+            "--notary", notary_url, "--token", agent_token, "--service", service_url,
+            "--tenant", slug, "--lease", lease["lease_id"],
+        ]  # fmt: skip
+        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
+        if crashed.returncode != -9:
+            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
+        effect_id = _proposal(slug, lease["lease_id"]).effect_id
+        shown = httpx.get(
+            f"{notary_url}/v1/effects/{effect_id}",
+            headers={"Authorization": f"Bearer {agent_token}"},
+        ).json()
+        refunds = read_acts(store, effect_id)
+        self._say(
+            "3. The agent proposed the refund, the notary checked the lease and recorded "
+            "DISPATCHED, the payment service refunded — and the agent was SIGKILLed before "
+            f"it read the answer. The notary says: {shown['effect']['state']}; the payment "
+            f"service's own records: {len(refunds)} refund."
+        )
+
+        recovered = _run_agent("recover", agent_args)
+        if recovered.returncode != 0:
+            raise CommandError(f"recovery failed: {recovered.stderr}")
+        receipt = json.loads(recovered.stdout.splitlines()[-1])
+        self._say(
+            f"4. A new agent process runs recover(): tier 1, so it re-checks the lease and the "
+            f"premise and resends under the same idempotency key. Final state: "
+            f"{receipt['final_state']}; refunds at the payment service: "
+            f"{len(read_acts(store, effect_id))}."
+        )
+
+        ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key())
+        proved = httpx.get(
+            f"{notary_url}/v1/effects/{effect_id}/receipt",
+            headers={"Authorization": f"Bearer {agent_token}"},
+        ).json()
+        self._say("5. The receipt, as the notary serves it:")
+        self.stdout.write(json.dumps(proved["receipt"], indent=2))
+        self._verify_offline(notary_url, tenant.log.origin, effect_id, proved)
+        self._say("7. Full verification of the tenant's log (chain, tree, checkpoints):")
+        call_command("verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout)
+
+    def _verify_offline(
+        self, notary_url: str, origin: str, effect_id: str, proved: dict[str, Any]
+    ) -> None:
+        """What an auditor does with the receipt and the published keys, and nothing else."""
+        keys = httpx.get(f"{notary_url}/v1/keys").json()
+        verifiers = [log_verifier(origin, parse_vkey(key["vkey"])) for key in keys]
+        entries = []
+        for shown in proved["entries"]:
+            leaf = base64.b64decode(shown["leaf"])
+            proof = parse_tlog_proof(proved["proofs"][str(shown["seq"])])
+            checkpoint = proof.verify(leaf, verifiers, origin=origin)
+            entries.append(entry_from_leaf(leaf))
+        derived = derive_receipt(entries, effect_id).to_dict()
+        claimed = {**proved["receipt"], "entry_seqs": tuple(proved["receipt"]["entry_seqs"])}
+        if derived != claimed:
+            raise CommandError(f"the receipt does not follow from its entries: {derived}")
+        self._say(
+            f"6. Checked with the published key alone: {len(entries)} entries, each proved "
+            f"included in the signed tree of size {checkpoint.size}, and the receipt "
+            "re-derived from them: VERIFIED"
+        )
+
+    def _be_the_agent(self, options: dict[str, Any]) -> None:
+        """The agent process: a Gate whose journal is the notary."""
+        service = HttpTarget(
+            name=TARGET,
+            base_url=options["service"],
+            tier=Tier.DEDUPES,
+            queryable=True,
+            key_window=timedelta(hours=24),
+            max_inflight=MAX_INFLIGHT,
+            timeout_seconds=MAX_INFLIGHT.total_seconds(),
+        )
+        with NotaryJournal(options["notary"], options["token"]) as journal:
+            gate = Gate(journal, {TARGET: service}, premises_for=lambda _: [_payment_settled()])
+            if options["agent"] == "submit":
+                _print(gate.submit(_proposal(options["tenant"], options["lease"])))
+            else:
+                for receipt in gate.recover():
+                    _print(receipt)
 
     def _say(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
+
+
+def _proposal(tenant: str, lease_id: str) -> Proposal:
+    return Proposal(
+        case_id="case_4711",
+        target=TARGET,
+        action="refund",
+        payload={"payment": "pay_100", "amount_cents": 2000},
+        lease_id=lease_id,
+        premises=[_payment_settled()],
+        tenant=tenant,
+    )
+
+
+def _payment_settled() -> Premise:
+    return Premise("payment_settled", lambda: PremiseResult(True, {"status": "succeeded"}))
+
+
+def _print(receipt: Receipt) -> None:
+    print(json.dumps(receipt.to_dict()), flush=True)
+
+
+def _run_agent(
+    role: str, args: list[str], *, crash_at: CrashPoint | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
+    if crash_at is not None:
+        env["INTERLOCK_CRASH_AT"] = crash_at.value
+    return subprocess.run(
+        [sys.executable, "manage.py", "demo", "--agent", role, *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """The demo prints its own story; a line per request would bury it."""
+
+
+@contextmanager
+def _serving_notary() -> Iterator[str]:
+    server = ThreadedWSGIServer(("127.0.0.1", 0), _QuietHandler, allow_reuse_address=False)
+    server.set_app(get_internal_wsgi_application())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,6 +1,7 @@
-"""A real HTTP service for the crash matrix, speaking HttpTarget's contract.
+"""A reference service speaking HttpTarget's contract: the crash matrix, the experiments and
+the demo send effects to it, and an agent's own integration tests can too.
 
-    python -m tests.gate_client.target_server --store PATH [--dedupe] [--lookup]
+    python -m gate_client.reference_service --store PATH [--dedupe] [--lookup]
 
 prints its port on stdout once it listens on 127.0.0.1. Its ground truth is its own store: one
 fsync'd JSON line each time it really acted (effect id, idempotency key, payload, result_ref),
@@ -29,8 +30,6 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_acts(store: Path, effect_id: str | None = None) -> list[dict[str, Any]]:
@@ -193,8 +192,7 @@ def running_server(store: Path, *, dedupe: bool, lookup: bool) -> Iterator[Runni
     """Start the service as its own process; stop it on exit."""
     flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.gate_client.target_server", "--store", str(store), *flags],
-        cwd=REPO_ROOT,
+        [sys.executable, "-m", "gate_client.reference_service", "--store", str(store), *flags],
         stdout=subprocess.PIPE,
         text=True,
     )
