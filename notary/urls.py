@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notary.views import (
@@ -30,6 +30,7 @@ urlpatterns = [
     path("v1/leases", LeaseGrantView.as_view(), name="lease-grant"),
     path("v1/leases/<str:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
     path("v1/leases/<str:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
+    path("v1/", include("notary.ledger_urls")),
     path("v1/effects", EffectProposeView.as_view(), name="effect-propose"),
     path("v1/effects/unsettled", EffectUnsettledView.as_view(), name="effect-unsettled"),
     path("v1/effects/<str:effect_id>", EffectDetailView.as_view(), name="effect-detail"),

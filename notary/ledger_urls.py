@@ -1,0 +1,19 @@
+"""The ledger's read endpoints, included under /v1/ by notary.urls."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from notary.ledger_views import (
+    ConsistencyProofView,
+    InclusionProofView,
+    LatestCheckpointView,
+    SigningKeysView,
+)
+
+urlpatterns = [
+    path("keys", SigningKeysView.as_view(), name="signing-keys"),
+    path("checkpoints/latest", LatestCheckpointView.as_view(), name="checkpoint-latest"),
+    path("proofs/inclusion", InclusionProofView.as_view(), name="proof-inclusion"),
+    path("proofs/consistency", ConsistencyProofView.as_view(), name="proof-consistency"),
+]
