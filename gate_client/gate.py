@@ -52,26 +52,41 @@ class Gate:
     def submit(self, proposal: Proposal) -> Receipt:
         target = self._target(proposal.target)
         effect_id = proposal.effect_id
-        history = self.journal.history(effect_id)
-        first = _proposed_entry(history)
-        if first is None:
+        premises = [p.evaluate() for p in proposal.premises]
+        body: dict[str, Any] = {
+            "case_id": proposal.case_id,
+            "target": proposal.target,
+            "action": proposal.action,
+            "tenant": proposal.tenant,
+            "lease_id": proposal.lease_id,
+            "payload": dict(proposal.payload),
+            "payload_hash": proposal.payload_hash,
+            "premises": premises,
+        }
+        history: list[Entry] | None = None
+        if all(p["holds"] for p in premises):
+            # One round trip where the journal offers it: PROPOSED and DISPATCHED together.
             crash_point(CrashPoint.BEFORE_PROPOSED)
-            first = self.journal.propose(
-                effect_id=effect_id,
-                body={
-                    "case_id": proposal.case_id,
-                    "target": proposal.target,
-                    "action": proposal.action,
-                    "tenant": proposal.tenant,
-                    "lease_id": proposal.lease_id,
-                    "payload": dict(proposal.payload),
-                    "payload_hash": proposal.payload_hash,
-                    "premises": [p.evaluate() for p in proposal.premises],
-                },
-            )
-            crash_point(CrashPoint.AFTER_PROPOSED)
+            request = _dispatch_request(effect_id, body, 1, premises, False)
+            try:
+                started = self.journal.propose_and_dispatch(
+                    effect_id=effect_id, body=body, request=request
+                )
+            except LeaseRefused as refused:
+                details = {"detail": refused.detail}
+                return self._refuse(effect_id, refused.reason, details, False)
+            if started is not None:
+                history, dispatched = started
+                if dispatched is not None:
+                    return self._send(effect_id, body, target, 1, premises, False)
+        if history is None:
             history = self.journal.history(effect_id)
-        proposed = first.body_value()
+            if _proposed_entry(history) is None:
+                crash_point(CrashPoint.BEFORE_PROPOSED)
+                self.journal.propose(effect_id=effect_id, body=body)
+                crash_point(CrashPoint.AFTER_PROPOSED)
+                history = self.journal.history(effect_id)
+        proposed = _proposed(history)
         if proposed["payload_hash"] != proposal.payload_hash:
             # The first payload stands: a re-decided payload is refused, never sent.
             standing = proposed["payload_hash"]

@@ -118,6 +118,16 @@ class Journal(Protocol):
         AttemptTaken if attempt - 1 is not the last recorded attempt."""
         ...
 
+    def propose_and_dispatch(
+        self, *, effect_id: str, body: Mapping[str, Any], request: DispatchRequest
+    ) -> tuple[list[Entry], Entry | None] | None:
+        """propose(), then dispatch() of attempt 1 if the standing proposal is this one and
+        nothing was dispatched or settled, as one atomic step: the effect's entries afterwards
+        and the DISPATCHED it recorded, if any. LeaseRefused leaves the PROPOSED recorded.
+
+        None from a journal that takes the two as separate steps; the gate then makes them."""
+        ...
+
     def history(self, effect_id: str) -> list[Entry]:
         """The effect's entries, in order."""
         ...
@@ -237,6 +247,13 @@ class LocalJournal:
                 raise JournalError(f"no lease {lease_id} to revoke")
             body = {"lease_id": lease_id, "by": by, "reason": reason}
             return self._append(EntryKind.LEASE_REVOKED, "", body)
+
+    def propose_and_dispatch(
+        self, *, effect_id: str, body: Mapping[str, Any], request: DispatchRequest
+    ) -> None:
+        """Separate steps: each costs an fsync, not a round trip, and the moment between them
+        stays one the crash matrix can stop a process at."""
+        return None
 
     def dispatch(self, request: DispatchRequest) -> Entry:
         with self._locked():

@@ -51,7 +51,10 @@ class NotaryJournal:
         retries: int = 3,
         backoff: float = 0.2,
         transport: httpx.BaseTransport | None = None,
+        one_round_trip: bool = True,
     ) -> None:
+        """`one_round_trip=False` sends PROPOSED and DISPATCHED as two requests: slower, and
+        only useful to stop a process between the two (the crash matrix does)."""
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
@@ -60,6 +63,9 @@ class NotaryJournal:
         )
         self._retries = retries
         self._backoff = backoff
+        self._one_round_trip = one_round_trip
+        # The entries an outcome's answer carried, good for the very next call only.
+        self._fresh: tuple[str, list[Entry]] | None = None
 
     def close(self) -> None:
         self._client.close()
@@ -78,6 +84,26 @@ class NotaryJournal:
         )
         entries = _entries(answer["entries"])
         return next(e for e in entries if e.kind == EntryKind.PROPOSED)
+
+    def propose_and_dispatch(
+        self, *, effect_id: str, body: Mapping[str, Any], request: DispatchRequest
+    ) -> tuple[list[Entry], Entry | None] | None:
+        if not self._one_round_trip:
+            return None
+        answer = self._call(
+            "POST",
+            "/v1/effects",
+            json={
+                "effect_id": effect_id,
+                "proposal": dict(body),
+                "dispatch": {"premises": [dict(p) for p in request.premises]},
+            },
+        )
+        refused = answer["dispatch_refused"]
+        if refused is not None:
+            raise LeaseRefused(refused["reason"], refused["detail"])
+        dispatched = answer["dispatched"]
+        return _entries(answer["entries"]), _entry(dispatched) if dispatched else None
 
     def dispatch(self, request: DispatchRequest) -> Entry:
         body = {
@@ -104,6 +130,7 @@ class NotaryJournal:
             f"/v1/effects/{effect_id}/outcome",
             json={"kind": str(kind), "body": dict(body)},
         )
+        self._fresh = (effect_id, _entries(answer["receipt_entries"]))
         return _entry(answer["entry"])
 
     # --- reading ---------------------------------------------------------------------------
@@ -113,6 +140,9 @@ class NotaryJournal:
         return [] if detail is None else _entries(detail["entries"])
 
     def receipt_entries(self, effect_id: str) -> list[Entry]:
+        fresh, self._fresh = self._fresh, None
+        if fresh is not None and fresh[0] == effect_id:
+            return fresh[1]  # as of the outcome just recorded: no second round trip
         detail = self._effect(effect_id)
         if detail is None:
             return []
@@ -155,6 +185,7 @@ class NotaryJournal:
     # --- the wire --------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, *, json: Any = None, retry: bool = True) -> Any:
+        self._fresh = None
         attempts = 1 + (self._retries if retry else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1

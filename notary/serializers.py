@@ -45,15 +45,23 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
 
 
-class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
-    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
-    proposal = serializers.DictField(help_text="The PROPOSED entry's body, as the gate writes it")
-
-
 class PremiseInput(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=200)
     holds = serializers.BooleanField()
     observed = serializers.JSONField(allow_null=True)
+
+
+class FirstDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
+    premises = PremiseInput(many=True, help_text="as observed just now; every one must hold")
+
+
+class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
+    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    proposal = serializers.DictField(help_text="The PROPOSED entry's body, as the gate writes it")
+    dispatch = FirstDispatchInput(
+        required=False,
+        help_text="Also dispatch attempt 1 in the same transaction, if nothing was dispatched",
+    )
 
 
 class EffectDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -116,15 +124,27 @@ class EffectDetailOutput(serializers.Serializer):  # type: ignore[type-arg]
     lease_entries = EntryOutput(many=True, help_text="The lease's grant and revocation")
 
 
+class DispatchRefusedOutput(serializers.Serializer):  # type: ignore[type-arg]
+    reason = serializers.CharField()
+    detail = serializers.CharField()
+
+
 class ProposeOutput(serializers.Serializer):  # type: ignore[type-arg]
     created = serializers.BooleanField()
     effect = EffectOutput()
     entries = EntryOutput(many=True)
+    dispatched = EntryOutput(allow_null=True, help_text="attempt 1, if this request recorded it")
+    dispatch_refused = DispatchRefusedOutput(
+        allow_null=True, help_text="the lease did not cover attempt 1: nothing was dispatched"
+    )
 
 
 class RecordedEntryOutput(serializers.Serializer):  # type: ignore[type-arg]
     recorded = serializers.BooleanField(help_text="false: an earlier verdict stands")
     entry = EntryOutput()
+    receipt_entries = EntryOutput(
+        many=True, help_text="the effect's entries and its lease's, as of this outcome"
+    )
 
 
 class ReceiptOutput(serializers.Serializer):  # type: ignore[type-arg]

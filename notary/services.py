@@ -6,6 +6,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -235,22 +236,57 @@ AGENT_OUTCOME_KINDS = frozenset(
 AGENT_COMMIT_STATES = frozenset({"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY"})
 
 
+@dataclass(frozen=True)
+class Proposed:
+    entries: list[LedgerEntry]  # the effect's entries after the call
+    created: bool  # this call recorded the PROPOSED
+    dispatched: LedgerEntry | None = None  # DISPATCHED attempt 1, recorded by this call
+    refusal: NotaryConflict | None = None  # why the lease refused that dispatch
+
+
 @transaction.atomic(durable=True)
 def effect_propose(
-    *, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]
-) -> tuple[list[LedgerEntry], bool]:
-    """Record PROPOSED unless the effect has one; return the effect's entries and whether this
-    call created it. Under the log lock, so two agents proposing at once agree on which
-    payload stands."""
+    *,
+    tenant: Tenant,
+    effect_id: str,
+    proposal: Mapping[str, Any],
+    dispatch_premises: Sequence[Mapping[str, Any]] | None = None,
+) -> Proposed:
+    """Record PROPOSED unless the effect has one. Under the log lock, so two agents proposing
+    at once agree on which payload stands.
+
+    With `dispatch_premises` (all holding), this is also the dispatch of attempt 1, in the same
+    transaction, when the standing proposal is this one and nothing was dispatched or settled
+    yet: the common path's one round trip before the call. A lease that does not cover it is
+    reported in `refusal`, with the PROPOSED kept and nothing dispatched."""
     _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
-    lock_log(log=tenant.log)
+    if dispatch_premises is not None:
+        _check_holding(dispatch_premises)
+    now = lock_log(log=tenant.log)
     created = not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists()
-    if created:
-        append_entry(
-            log=tenant.log, kind=EntryKind.PROPOSED, body=dict(proposal), effect_id=effect_id
-        )
-        _project_effect(tenant=tenant, effect_id=effect_id)
-    return effect_entries(log=tenant.log, effect_id=effect_id), created
+    history = [] if created else effect_entries(log=tenant.log, effect_id=effect_id)
+    standing = proposal if created else history[0].body_value()
+    items = [NewEntry(EntryKind.PROPOSED, dict(proposal), effect_id)] if created else []
+    refusal = None
+    if (
+        dispatch_premises is not None
+        and standing["payload_hash"] == proposal["payload_hash"]
+        and not has_verdict(history)
+        and last_attempt(history) == 0
+    ):
+        try:
+            items.append(
+                _checked_dispatch(tenant, effect_id, standing, 1, dispatch_premises, False, now)
+            )
+        except NotaryConflict as refused:
+            refusal = refused
+    if not items:
+        return Proposed(history, created, refusal=refusal)
+    rows = append_entries(log=tenant.log, items=items, created_at=now)
+    _project_effect(tenant=tenant, effect_id=effect_id)
+    appended = [row.as_ledger_entry() for row in rows]
+    dispatched = next((e for e in appended if e.kind == EntryKind.DISPATCHED), None)
+    return Proposed(history + appended, created, dispatched, refusal)
 
 
 @transaction.atomic(durable=True)
@@ -265,10 +301,7 @@ def effect_dispatch(
     """Check the lease and record DISPATCHED attempt `attempt`, in one transaction under the log
     lock and stamped with the instant of the check, so ledger order alone shows whether the
     lease was live when the effect fired. Scope comes from the PROPOSED entry, not the caller."""
-    _check_premises(premises)
-    failed = [p["name"] for p in premises if not p["holds"]]
-    if failed:
-        raise NotaryInputError(f"premises do not hold ({', '.join(failed)}): nothing to dispatch")
+    _check_holding(premises)
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
     current = last_attempt(history)
@@ -279,6 +312,23 @@ def effect_dispatch(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
         )
     proposed = history[0].body_value()
+    item = _checked_dispatch(tenant, effect_id, proposed, attempt, premises, recovery, now)
+    [entry] = append_entries(log=tenant.log, items=[item], created_at=now)
+    _project_effect(tenant=tenant, effect_id=effect_id)
+    return entry.as_ledger_entry()
+
+
+def _checked_dispatch(
+    tenant: Tenant,
+    effect_id: str,
+    proposed: Mapping[str, Any],
+    attempt: int,
+    premises: Sequence[Mapping[str, Any]],
+    recovery: bool,
+    now: datetime,
+) -> NewEntry:
+    """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
+    log lock and stamps the entry with `now`); else NotaryConflict lease_refused."""
     request = DispatchRequest(
         effect_id=effect_id,
         attempt=attempt,
@@ -293,10 +343,7 @@ def effect_dispatch(
     refusal = request.lease_refusal(_lease_state(tenant, proposed["lease_id"]), now=now)
     if refusal is not None:
         raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
-    item = NewEntry(kind=EntryKind.DISPATCHED, body=request.entry_body(), effect_id=effect_id)
-    [entry] = append_entries(log=tenant.log, items=[item], created_at=now)
-    _project_effect(tenant=tenant, effect_id=effect_id)
-    return entry.as_ledger_entry()
+    return NewEntry(kind=EntryKind.DISPATCHED, body=request.entry_body(), effect_id=effect_id)
 
 
 @transaction.atomic(durable=True)
@@ -406,6 +453,14 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     _check_premises(proposal["premises"])
     if not Target.objects.filter(tenant=tenant, name=proposal["target"]).exists():
         raise NotaryInputError(f"no target {proposal['target']!r}: register it first")
+
+
+def _check_holding(premises: Any) -> None:
+    """Premises a dispatch is made on: well formed, and every one holds."""
+    _check_premises(premises)
+    failed = [p["name"] for p in premises if not p["holds"]]
+    if failed:
+        raise NotaryInputError(f"premises do not hold ({', '.join(failed)}): nothing to dispatch")
 
 
 def _check_premises(premises: Any) -> None:

@@ -95,10 +95,26 @@ class EffectProposeView(APIView):
         given = EffectProposeInput(data=request.data)
         given.is_valid(raise_exception=True)
         tenant = _principal(request).tenant
-        entries, created = services.effect_propose(tenant=tenant, **given.validated_data)
-        effect = selectors.effect_get(tenant=tenant, effect_id=given.validated_data["effect_id"])
-        body = {"created": created, "effect": effect, "entries": entries}
-        return Response(ProposeOutput(body).data, status=201 if created else 200)
+        dispatch = given.validated_data.get("dispatch")
+        proposed = services.effect_propose(
+            tenant=tenant,
+            effect_id=given.validated_data["effect_id"],
+            proposal=given.validated_data["proposal"],
+            dispatch_premises=dispatch["premises"] if dispatch is not None else None,
+        )
+        refusal = proposed.refusal
+        body = {
+            "created": proposed.created,
+            "effect": selectors.effect_get(
+                tenant=tenant, effect_id=given.validated_data["effect_id"]
+            ),
+            "entries": proposed.entries,
+            "dispatched": proposed.dispatched,
+            "dispatch_refused": (
+                {"reason": refusal.extra["reason"], "detail": refusal.detail} if refusal else None
+            ),
+        }
+        return Response(ProposeOutput(body).data, status=201 if proposed.created else 200)
 
 
 class EffectUnsettledView(APIView):
@@ -151,10 +167,14 @@ class EffectOutcomeView(APIView):
     def post(self, request: Request, effect_id: str) -> Response:
         given = EffectOutcomeInput(data=request.data)
         given.is_valid(raise_exception=True)
+        tenant = _principal(request).tenant
         entry, recorded = services.effect_record_outcome(
-            tenant=_principal(request).tenant, effect_id=effect_id, **given.validated_data
+            tenant=tenant, effect_id=effect_id, **given.validated_data
         )
-        body = {"recorded": recorded, "entry": entry}
+        effect = selectors.effect_get(tenant=tenant, effect_id=effect_id)
+        history, lease_entries = selectors.effect_entries_for_receipt(tenant=tenant, effect=effect)
+        receipt_entries = sorted([*history, *lease_entries], key=lambda e: e.seq)
+        body = {"recorded": recorded, "entry": entry, "receipt_entries": receipt_entries}
         return Response(RecordedEntryOutput(body).data, status=201 if recorded else 200)
 
 

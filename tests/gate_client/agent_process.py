@@ -6,7 +6,7 @@
     recover JOURNAL WORLD_FILE --tier N [--queryable] [--resubmit TEXT] [NOTARY]
     plain --text TEXT
 
-    NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID
+    NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID [--separate-steps]
 
 `submit` sends one refund email through a Gate (HttpTarget at URL, LocalJournal at JOURNAL — or,
 with --notary, the notary's journal of the tenant whose agent key TOKEN is — and one absolute
@@ -75,7 +75,9 @@ def build_gate(args: argparse.Namespace) -> Gate:
     )
     premises = [refund_premise(args.world_file)]
     journal: Journal = (
-        NotaryJournal(args.notary, args.notary_token) if args.notary else LocalJournal(args.journal)
+        NotaryJournal(args.notary, args.notary_token, one_round_trip=not args.separate_steps)
+        if args.notary
+        else LocalJournal(args.journal)
     )
     return Gate(journal, {TARGET: target}, premises_for=lambda _: premises)
 
@@ -128,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     gated.add_argument("--notary-token", help="the notary agent key")
     gated.add_argument("--tenant", default="", help="the notary tenant the effect belongs to")
     gated.add_argument("--lease", default=LEASE_ID)
+    gated.add_argument(
+        "--separate-steps", action="store_true", help="PROPOSED and DISPATCHED as two requests"
+    )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     roles = parser.add_subparsers(dest="role", required=True)
     roles.add_parser("submit", parents=[gated, text])

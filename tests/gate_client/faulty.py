@@ -116,6 +116,14 @@ class FaultyJournal:
         action = partial(self.inner.dispatch, request)
         return self.calls.call("journal.dispatch", action, _disk_full)
 
+    def propose_and_dispatch(
+        self, *, effect_id: str, body: Mapping[str, Any], request: DispatchRequest
+    ) -> None:
+        action = partial(
+            self.inner.propose_and_dispatch, effect_id=effect_id, body=body, request=request
+        )
+        return self.calls.call("journal.propose_and_dispatch", action, _disk_full)
+
     def receipt_entries(self, effect_id: str) -> list[Entry]:
         action = partial(self.inner.receipt_entries, effect_id)
         return self.calls.call("journal.receipt_entries", action, _disk_full)

@@ -213,6 +213,7 @@ def test_the_clean_runs_reach_every_call_of_the_protocol(kind: str) -> None:
         "journal.receipt_entries",
         "journal.unsettled",
         "journal.propose",
+        "journal.propose_and_dispatch",
         "journal.record",
         "journal.dispatch",
         "target.send",

@@ -57,7 +57,14 @@ class Agent:
 
     def propose(self, proposal: Proposal | None = None, **changes: Any) -> Any:
         proposal = proposal or self.proposal()
-        body = {
+        request = {"effect_id": proposal.effect_id, "proposal": self.propose_body(proposal)}
+        request["proposal"].update(changes)
+        return self.client.post("/v1/effects", request, format="json")
+
+    def propose_body(self, proposal: Proposal | None = None) -> dict[str, Any]:
+        """The PROPOSED body the gate writes for `proposal`."""
+        proposal = proposal or self.proposal()
+        return {
             "case_id": proposal.case_id,
             "target": proposal.target,
             "action": proposal.action,
@@ -67,9 +74,6 @@ class Agent:
             "payload_hash": proposal.payload_hash,
             "premises": [],
         }
-        body.update(changes)
-        request = {"effect_id": proposal.effect_id, "proposal": body}
-        return self.client.post("/v1/effects", request, format="json")
 
     def dispatch(self, effect_id: str, attempt: int = 1, holds: bool = True) -> Any:
         premises = [{"name": "payment_settled", "holds": holds, "observed": {"status": "paid"}}]
@@ -359,3 +363,74 @@ def test_rebuilding_the_projection_from_the_ledger_gives_the_live_table(agent: A
     assert services.effects_rebuild(tenant=agent.tenant) == len(live)
     rebuilt = list(Effect.objects.order_by("effect_id").values())
     assert [dict(r, id=None) for r in rebuilt] == [dict(r, id=None) for r in live]
+
+
+def test_one_request_proposes_and_dispatches_attempt_one(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    holding = [{"name": "payment_settled", "holds": True, "observed": None}]
+    both = agent.client.post(
+        "/v1/effects",
+        {
+            "effect_id": effect_id,
+            "proposal": agent.propose_body(),
+            "dispatch": {"premises": holding},
+        },
+        format="json",
+    )
+    assert both.status_code == 201, both.json()
+    assert [e["kind"] for e in both.json()["entries"]] == ["PROPOSED", "DISPATCHED"]
+    assert both.json()["dispatched"]["body"]["attempt"] == 1
+    assert both.json()["dispatch_refused"] is None
+    proposed, dispatched = entries_of(both.json()["entries"])
+    assert proposed.created_at == dispatched.created_at  # one transaction, one instant
+    again = agent.client.post(
+        "/v1/effects",
+        {
+            "effect_id": effect_id,
+            "proposal": agent.propose_body(),
+            "dispatch": {"premises": holding},
+        },
+        format="json",
+    )
+    assert again.status_code == 200
+    assert again.json()["dispatched"] is None  # attempt 1 exists: recovery decides the rest
+    assert len(again.json()["entries"]) == 2
+
+
+def test_a_lease_refusal_in_the_one_request_keeps_the_proposal_and_dispatches_nothing(
+    agent: Agent,
+) -> None:
+    services.lease_revoke(
+        tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="disputed"
+    )
+    effect_id = agent.proposal().effect_id
+    holding = [{"name": "payment_settled", "holds": True, "observed": None}]
+    answer = agent.client.post(
+        "/v1/effects",
+        {
+            "effect_id": effect_id,
+            "proposal": agent.propose_body(),
+            "dispatch": {"premises": holding},
+        },
+        format="json",
+    )
+    assert answer.status_code == 201
+    assert answer.json()["dispatched"] is None
+    assert answer.json()["dispatch_refused"] == {
+        "reason": "lease_revoked",
+        "detail": "revoked by alice",
+    }
+    assert [e["kind"] for e in answer.json()["entries"]] == ["PROPOSED"]
+    failing = [{"name": "payment_settled", "holds": False, "observed": None}]
+    size = log_size(agent.tenant)
+    refused = agent.client.post(
+        "/v1/effects",
+        {
+            "effect_id": effect_id,
+            "proposal": agent.propose_body(),
+            "dispatch": {"premises": failing},
+        },
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert log_size(agent.tenant) == size
