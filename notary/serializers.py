@@ -163,3 +163,10 @@ class LimitInput(serializers.Serializer):  # type: ignore[type-arg]
 
 class ReceiptQueryInput(serializers.Serializer):  # type: ignore[type-arg]
     payload_hash = serializers.RegexField(r"^[0-9a-f]{64}$", required=False)
+
+
+class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
+    tenant = serializers.CharField()
+    role = serializers.CharField()
+    key_id = serializers.CharField()
+    log = serializers.CharField(help_text="the origin of the tenant's ledger log")

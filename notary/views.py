@@ -25,6 +25,7 @@ from notary.serializers import (
     ReceiptOutput,
     ReceiptQueryInput,
     RecordedEntryOutput,
+    WhoAmIOutput,
 )
 
 
@@ -37,6 +38,7 @@ def _principal(request: Request) -> ApiKeyPrincipal:
 class WhoAmIView(APIView):
     """Which tenant and role a key acts as: how a client checks its credentials."""
 
+    @extend_schema(responses=WhoAmIOutput)
     def get(self, request: Request) -> Response:
         principal = _principal(request)
         return Response(
@@ -52,6 +54,7 @@ class WhoAmIView(APIView):
 class LeaseGrantView(APIView):
     permission_classes = [role_required(Role.APPROVER)]
 
+    @extend_schema(request=LeaseGrantInput, responses={201: LeaseOutput})
     def post(self, request: Request) -> Response:
         given = LeaseGrantInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -65,6 +68,7 @@ class LeaseGrantView(APIView):
 class LeaseDetailView(APIView):
     permission_classes = [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)]
 
+    @extend_schema(responses=LeaseOutput)
     def get(self, request: Request, lease_id: str) -> Response:
         lease = selectors.lease_get(tenant=_principal(request).tenant, lease_id=lease_id)
         return Response(LeaseOutput(lease).data)
@@ -73,6 +77,7 @@ class LeaseDetailView(APIView):
 class LeaseRevokeView(APIView):
     permission_classes = [role_required(Role.APPROVER)]
 
+    @extend_schema(request=LeaseRevokeInput, responses=LeaseOutput)
     def post(self, request: Request, lease_id: str) -> Response:
         given = LeaseRevokeInput(data=request.data)
         given.is_valid(raise_exception=True)

@@ -4,10 +4,13 @@ the caller's tenant, each refusing bad input with the error body and an unchange
 from __future__ import annotations
 
 import base64
+import io
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -360,9 +363,20 @@ def test_rebuilding_the_projection_from_the_ledger_gives_the_live_table(agent: A
         tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="done"
     )
     live = list(Effect.objects.order_by("effect_id").values())
-    assert services.effects_rebuild(tenant=agent.tenant) == len(live)
+    out = io.StringIO()
+    call_command("rebuild_effects", tenant=agent.tenant.slug, stdout=out)
+    assert out.getvalue() == f"acme: {len(live)} effects rebuilt from the ledger; no differences\n"
     rebuilt = list(Effect.objects.order_by("effect_id").values())
     assert [dict(r, id=None) for r in rebuilt] == [dict(r, id=None) for r in live]
+
+    Effect.objects.filter(effect_id=live[0]["effect_id"]).update(state="COMMITTED", attempts=7)
+    call_command("rebuild_effects", tenant=agent.tenant.slug, stdout=out)
+    assert "1 differed" in out.getvalue()
+    assert list(Effect.objects.order_by("effect_id").values("state")) == [
+        {"state": r["state"]} for r in live
+    ]
+    with pytest.raises(CommandError, match="no tenant 'nope'"):
+        call_command("rebuild_effects", tenant="nope")
 
 
 def test_one_request_proposes_and_dispatches_attempt_one(agent: Agent) -> None:
