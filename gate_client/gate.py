@@ -53,21 +53,12 @@ class Gate:
         target = self._target(proposal.target)
         effect_id = proposal.effect_id
         premises = [p.evaluate() for p in proposal.premises]
-        body: dict[str, Any] = {
-            "case_id": proposal.case_id,
-            "target": proposal.target,
-            "action": proposal.action,
-            "tenant": proposal.tenant,
-            "lease_id": proposal.lease_id,
-            "payload": dict(proposal.payload),
-            "payload_hash": proposal.payload_hash,
-            "premises": premises,
-        }
+        body = proposal.proposed_body(premises)
         history: list[Entry] | None = None
         if all(p["holds"] for p in premises):
             # One round trip where the journal offers it: PROPOSED and DISPATCHED together.
             crash_point(CrashPoint.BEFORE_PROPOSED)
-            request = _dispatch_request(effect_id, body, 1, premises, False)
+            request = DispatchRequest.of_proposal(effect_id, body, 1, premises, False)
             try:
                 started = self.journal.propose_and_dispatch(
                     effect_id=effect_id, body=body, request=request
@@ -156,7 +147,7 @@ class Gate:
         self, proposed: Mapping[str, Any], premises: Sequence[Premise]
     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """What would stop a dispatch now (None if nothing), and the premises as observed."""
-        request = _dispatch_request("", proposed, 0, [], True)
+        request = DispatchRequest.of_proposal("", proposed, 0, [], True)
         lease = self.journal.lease_state(proposed["lease_id"])
         refusal = request.lease_refusal(lease, now=self.clock())
         if refusal is not None:
@@ -213,7 +204,9 @@ class Gate:
             details = {"failed": failed, "premises": results}
             return self._refuse(effect_id, "stale_premise" + suffix, details, recovering)
         try:
-            self.journal.dispatch(_dispatch_request(effect_id, proposed, 1, results, recovering))
+            self.journal.dispatch(
+                DispatchRequest.of_proposal(effect_id, proposed, 1, results, recovering)
+            )
         except LeaseRefused as refused:
             details = {"detail": refused.detail}
             return self._refuse(effect_id, refused.reason + suffix, details, recovering)
@@ -231,7 +224,9 @@ class Gate:
     ) -> Receipt:
         """A resend after a dispatch that may have acted, just re-checked."""
         try:
-            self.journal.dispatch(_dispatch_request(effect_id, proposed, attempt, results, True))
+            self.journal.dispatch(
+                DispatchRequest.of_proposal(effect_id, proposed, attempt, results, True)
+            )
         except LeaseRefused as refused:
             # Revoked between the re-check and the dispatch: an earlier attempt may have acted.
             failure = {"reason": refused.reason, "detail": refused.detail}
@@ -309,26 +304,6 @@ class Gate:
         except KeyError:
             known = ", ".join(self.targets)
             raise KeyError(f"no target named {name!r}; known: {known}") from None
-
-
-def _dispatch_request(
-    effect_id: str,
-    proposed: Mapping[str, Any],
-    attempt: int,
-    premises: Sequence[Mapping[str, Any]],
-    recovery: bool,
-) -> DispatchRequest:
-    return DispatchRequest(
-        effect_id=effect_id,
-        attempt=attempt,
-        lease_id=proposed["lease_id"],
-        case_id=proposed["case_id"],
-        action=proposed["action"],
-        payload=proposed["payload"],
-        payload_hash=proposed["payload_hash"],
-        premises=premises,
-        recovery=recovery,
-    )
 
 
 def _evaluate(premises: Sequence[Premise]) -> tuple[list[dict[str, Any]], list[str]]:

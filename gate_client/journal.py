@@ -81,6 +81,28 @@ class DispatchRequest:
     premises: Sequence[Mapping[str, Any]]
     recovery: bool = False
 
+    @classmethod
+    def of_proposal(
+        cls,
+        effect_id: str,
+        proposed: Mapping[str, Any],
+        attempt: int,
+        premises: Sequence[Mapping[str, Any]],
+        recovery: bool,
+    ) -> DispatchRequest:
+        """Attempt `attempt` of the effect whose PROPOSED body is `proposed`."""
+        return cls(
+            effect_id=effect_id,
+            attempt=attempt,
+            lease_id=proposed["lease_id"],
+            case_id=proposed["case_id"],
+            action=proposed["action"],
+            payload=proposed["payload"],
+            payload_hash=proposed["payload_hash"],
+            premises=premises,
+            recovery=recovery,
+        )
+
     def lease_refusal(self, state: LeaseState | None, *, now: datetime) -> tuple[str, str] | None:
         return lease_refusal(
             state,

@@ -62,3 +62,16 @@ class Proposal:
     @property
     def payload_hash(self) -> str:
         return hashlib.sha256(self.payload_bytes).hexdigest()
+
+    def proposed_body(self, premises: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The PROPOSED entry's body: the decision, with the premises as observed."""
+        return {
+            "case_id": self.case_id,
+            "target": self.target,
+            "action": self.action,
+            "tenant": self.tenant,
+            "lease_id": self.lease_id,
+            "payload": dict(self.payload),
+            "payload_hash": self.payload_hash,
+            "premises": [dict(p) for p in premises],
+        }

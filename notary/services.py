@@ -329,17 +329,7 @@ def _checked_dispatch(
 ) -> NewEntry:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
     log lock and stamps the entry with `now`); else NotaryConflict lease_refused."""
-    request = DispatchRequest(
-        effect_id=effect_id,
-        attempt=attempt,
-        lease_id=proposed["lease_id"],
-        case_id=proposed["case_id"],
-        action=proposed["action"],
-        payload=proposed["payload"],
-        payload_hash=proposed["payload_hash"],
-        premises=premises,
-        recovery=recovery,
-    )
+    request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
     refusal = request.lease_refusal(_lease_state(tenant, proposed["lease_id"]), now=now)
     if refusal is not None:
         raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
@@ -495,6 +485,9 @@ def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
 # --- the notary's own recovery sweep ---------------------------------------------------------
 
 
+_LOOKUP_TIMEOUT = timedelta(seconds=5)
+
+
 def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     """Settle one effect left DISPATCHED past its target's max in-flight, if the notary can
     know how it ended: from positive evidence in the ledger, else from the target's lookup
@@ -575,13 +568,15 @@ def _is_positive_evidence(entry: LedgerEntry) -> bool:
 
 
 def _notary_lookup(target: Target, effect_id: str) -> Found | NotFound | Unknown:
+    """Ask the target; called only past max_inflight, so a "not found" is final."""
     service = HttpTarget(
         name=target.name,
         base_url=target.lookup_url.rstrip("/"),
         tier=GateTier(target.tier),
         queryable=True,
         key_window=None,
-        max_inflight=target.max_inflight,
-        timeout_seconds=min(5.0, target.max_inflight.total_seconds()),
+        # Nothing is sent from here: the lookup's own timeout needs no in-flight window.
+        max_inflight=max(target.max_inflight, _LOOKUP_TIMEOUT),
+        timeout_seconds=_LOOKUP_TIMEOUT.total_seconds(),
     )
     return service.lookup(effect_id)

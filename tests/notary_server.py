@@ -49,6 +49,8 @@ def running_notary(
             "gthread",
             "--threads",
             str(threads),
+            "--graceful-timeout",
+            "3",
         ],
         cwd=REPO_ROOT,
         env=env,
@@ -72,4 +74,8 @@ def running_notary(
         yield url
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()  # a worker still holding a keep-alive connection past the grace
+            server.wait(timeout=10)

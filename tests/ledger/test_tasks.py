@@ -1,10 +1,6 @@
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +11,7 @@ from ledger.core.checkpoint import log_verifier, open_checkpoint
 from ledger.core.note import Signer
 from ledger.models import Checkpoint, Log
 from ledger.tasks import sign_due_checkpoints
-from notary.celery import app
-from tests.conftest import REPO_ROOT, child_database_url
+from tests.celery_worker import running_worker
 
 
 def test_sign_due_checkpoints_signs_logs_that_grew_and_is_safe_to_rerun(
@@ -41,33 +36,9 @@ def test_a_real_worker_signs_checkpoints_from_the_redis_queue(
 ) -> None:
     log = services.ensure_log(origin=f"worker.interlock.example/{secrets.token_hex(4)}")
     services.append_entry(log=log, kind="PROPOSED", body={"n": 1})
-    queue = f"test-{secrets.token_hex(4)}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "notary.settings",
-        "DATABASE_URL": child_database_url(),
-        "REDIS_URL": app.conf.broker_url,
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "NOTARY_SIGNING_KEY_FILE": str(signing_key_file),
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--app", "notary", "worker", "--pool", "solo",
-         "--queues", queue, "--loglevel", "warning", "--without-heartbeat", "--without-gossip",
-         "--without-mingle"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    app.conf.task_always_eager = False
-    try:
+    with running_worker(NOTARY_SIGNING_KEY_FILE=str(signing_key_file)) as (queue, wait_until):
         sign_due_checkpoints.apply_async(queue=queue)
-        deadline = time.monotonic() + 30
-        while not Checkpoint.objects.filter(log=log).exists():
-            assert worker.poll() is None, worker.stdout.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the worker signed nothing within 30 s"
-            time.sleep(0.2)
-    finally:
-        app.conf.task_always_eager = True
-        worker.terminate()
-        worker.wait(timeout=10)
+        wait_until(lambda: Checkpoint.objects.filter(log=log).exists())
     checkpoint = Checkpoint.objects.get(log=log)
     opened = open_checkpoint(checkpoint.note, [log_verifier(log.origin, signer)], origin=log.origin)
     assert opened.size == 1

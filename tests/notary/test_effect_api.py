@@ -65,18 +65,17 @@ class Agent:
         return self.client.post("/v1/effects", request, format="json")
 
     def propose_body(self, proposal: Proposal | None = None) -> dict[str, Any]:
-        """The PROPOSED body the gate writes for `proposal`."""
-        proposal = proposal or self.proposal()
-        return {
-            "case_id": proposal.case_id,
-            "target": proposal.target,
-            "action": proposal.action,
-            "tenant": proposal.tenant,
-            "lease_id": proposal.lease_id,
-            "payload": dict(proposal.payload),
-            "payload_hash": proposal.payload_hash,
-            "premises": [],
+        return (proposal or self.proposal()).proposed_body([])
+
+    def propose_and_dispatch(self, *, holds: bool = True) -> Any:
+        """The common path's first request: propose, and dispatch attempt 1 with it."""
+        premises = [{"name": "payment_settled", "holds": holds, "observed": None}]
+        request = {
+            "effect_id": self.proposal().effect_id,
+            "proposal": self.propose_body(),
+            "dispatch": {"premises": premises},
         }
+        return self.client.post("/v1/effects", request, format="json")
 
     def dispatch(self, effect_id: str, attempt: int = 1, holds: bool = True) -> Any:
         premises = [{"name": "payment_settled", "holds": holds, "observed": {"status": "paid"}}]
@@ -380,32 +379,14 @@ def test_rebuilding_the_projection_from_the_ledger_gives_the_live_table(agent: A
 
 
 def test_one_request_proposes_and_dispatches_attempt_one(agent: Agent) -> None:
-    effect_id = agent.proposal().effect_id
-    holding = [{"name": "payment_settled", "holds": True, "observed": None}]
-    both = agent.client.post(
-        "/v1/effects",
-        {
-            "effect_id": effect_id,
-            "proposal": agent.propose_body(),
-            "dispatch": {"premises": holding},
-        },
-        format="json",
-    )
+    both = agent.propose_and_dispatch()
     assert both.status_code == 201, both.json()
     assert [e["kind"] for e in both.json()["entries"]] == ["PROPOSED", "DISPATCHED"]
     assert both.json()["dispatched"]["body"]["attempt"] == 1
     assert both.json()["dispatch_refused"] is None
     proposed, dispatched = entries_of(both.json()["entries"])
     assert proposed.created_at == dispatched.created_at  # one transaction, one instant
-    again = agent.client.post(
-        "/v1/effects",
-        {
-            "effect_id": effect_id,
-            "proposal": agent.propose_body(),
-            "dispatch": {"premises": holding},
-        },
-        format="json",
-    )
+    again = agent.propose_and_dispatch()
     assert again.status_code == 200
     assert again.json()["dispatched"] is None  # attempt 1 exists: recovery decides the rest
     assert len(again.json()["entries"]) == 2
@@ -417,17 +398,7 @@ def test_a_lease_refusal_in_the_one_request_keeps_the_proposal_and_dispatches_no
     services.lease_revoke(
         tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="disputed"
     )
-    effect_id = agent.proposal().effect_id
-    holding = [{"name": "payment_settled", "holds": True, "observed": None}]
-    answer = agent.client.post(
-        "/v1/effects",
-        {
-            "effect_id": effect_id,
-            "proposal": agent.propose_body(),
-            "dispatch": {"premises": holding},
-        },
-        format="json",
-    )
+    answer = agent.propose_and_dispatch()
     assert answer.status_code == 201
     assert answer.json()["dispatched"] is None
     assert answer.json()["dispatch_refused"] == {
@@ -435,16 +406,6 @@ def test_a_lease_refusal_in_the_one_request_keeps_the_proposal_and_dispatches_no
         "detail": "revoked by alice",
     }
     assert [e["kind"] for e in answer.json()["entries"]] == ["PROPOSED"]
-    failing = [{"name": "payment_settled", "holds": False, "observed": None}]
     size = log_size(agent.tenant)
-    refused = agent.client.post(
-        "/v1/effects",
-        {
-            "effect_id": effect_id,
-            "proposal": agent.propose_body(),
-            "dispatch": {"premises": failing},
-        },
-        format="json",
-    )
-    assert refused.status_code == 400
+    assert agent.propose_and_dispatch(holds=False).status_code == 400
     assert log_size(agent.tenant) == size

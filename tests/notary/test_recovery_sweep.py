@@ -4,10 +4,7 @@ has passed — and nothing is ever sent again by the notary."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,10 +22,9 @@ from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from ledger.services import append_entry
 from notary import selectors, services
-from notary.celery import app
 from notary.models import Effect, Target, Tenant
 from notary.tasks import settle_in_flight_effect, sweep_in_flight
-from tests.conftest import REPO_ROOT, child_database_url
+from tests.celery_worker import running_worker
 
 INSTANT = timedelta(milliseconds=1)
 
@@ -179,33 +175,10 @@ def test_a_real_worker_settles_from_the_redis_queue(transactional_db: None) -> N
     tenant = services.tenant_create(slug=f"sweep-{secrets.token_hex(4)}", name="Sweep")
     register(tenant, "mail", evidence_window=INSTANT)
     effect_id = dispatched(tenant, "mail", "case-1")
-    queue = f"test-{secrets.token_hex(4)}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "notary.settings",
-        "DATABASE_URL": child_database_url(),
-        "REDIS_URL": app.conf.broker_url,
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "--app", "notary", "worker", "--pool", "solo",
-         "--queues", queue, "--loglevel", "warning", "--without-heartbeat", "--without-gossip",
-         "--without-mingle"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    app.conf.task_always_eager = False
-    try:
+    with running_worker() as (queue, wait_until):
         for _ in range(2):  # a task delivered twice does no harm
             settle_in_flight_effect.apply_async((tenant.pk, effect_id), queue=queue)
-        deadline = time.monotonic() + 30
-        while Effect.objects.get(effect_id=effect_id).state != "AMBIGUOUS":
-            assert worker.poll() is None, worker.stdout.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the worker settled nothing within 30 s"
-            time.sleep(0.2)
-        time.sleep(0.5)
-    finally:
-        app.conf.task_always_eager = True
-        worker.terminate()
-        worker.wait(timeout=10)
+        wait_until(lambda: Effect.objects.get(effect_id=effect_id).state == "AMBIGUOUS")
+        time.sleep(0.5)  # time for the second delivery to run, too
     kinds = [e.kind for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
     assert kinds == ["PROPOSED", "DISPATCHED", "AMBIGUOUS"]
