@@ -130,13 +130,19 @@ class Effect(models.Model):
     last_seq = models.BigIntegerField()
     proposed_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True)  # the last attempt's
-    settled_at = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)  # its first verdict's time
+    # What the target called it (a refund id, an email id), once committed: a webhook naming
+    # only that is matched to the effect by it.
+    result_ref = models.CharField(max_length=255, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "effect_id"], name="effect_unique_id"),
         ]
-        indexes = [models.Index(fields=["tenant", "state", "proposed_seq"], name="effect_state")]
+        indexes = [
+            models.Index(fields=["tenant", "state", "proposed_seq"], name="effect_state"),
+            models.Index(fields=["tenant", "result_ref"], name="effect_result_ref"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.effect_id}: {self.state}"

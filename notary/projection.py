@@ -18,8 +18,13 @@ def effect_fields(history: Sequence[Entry], lease_entries: Sequence[Entry]) -> d
     journal = sorted([*history, *lease_entries], key=lambda e: e.seq)
     receipt = derive_receipt(journal, proposed.effect_id)
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
-    verdict = next(
-        (e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)), None
+    verdicts = [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
+    verdict = verdicts[0] if verdicts else None
+    standing = verdicts[-1] if verdicts else None
+    result_ref = (
+        standing.body_value().get("result_ref", "")
+        if standing is not None and standing.kind == EntryKind.COMMITTED
+        else ""
     )
     return {
         "case_id": body["case_id"],
@@ -34,4 +39,5 @@ def effect_fields(history: Sequence[Entry], lease_entries: Sequence[Entry]) -> d
         "proposed_at": proposed.created_at,
         "dispatched_at": dispatches[-1].created_at if dispatches else None,
         "settled_at": verdict.created_at if verdict is not None else None,
+        "result_ref": result_ref,
     }

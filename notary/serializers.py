@@ -115,6 +115,7 @@ class EffectOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "proposed_at",
             "dispatched_at",
             "settled_at",
+            "result_ref",
         ]
 
 
@@ -170,3 +171,17 @@ class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
     role = serializers.CharField()
     key_id = serializers.CharField()
     log = serializers.CharField(help_text="the origin of the tenant's ledger log")
+
+
+class AttestationInput(serializers.Serializer):  # type: ignore[type-arg]
+    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    performed = serializers.BooleanField(help_text="true: the service did it; false: it did not")
+    reference = serializers.CharField(max_length=255, required=False, default="")
+    detail = serializers.CharField(max_length=2000, required=False, default="")
+
+
+class AttestationOutput(serializers.Serializer):  # type: ignore[type-arg]
+    settled = serializers.CharField(
+        help_text="committed_on_evidence, failed_on_evidence, or recorded (nothing to settle)"
+    )
+    entry = EntryOutput()

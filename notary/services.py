@@ -348,8 +348,8 @@ def effect_record_outcome(
     history = _history_of(tenant=tenant, effect_id=effect_id)
     is_verdict = not (kind == EntryKind.REFUSED and body["reason"] == "payload_changed")
     if is_verdict:
-        standing = next((e for e in history if e.kind in VERDICT_KINDS), None)
-        if standing is not None and not is_payload_change(standing):
+        standing = _standing_verdict(history)
+        if standing is not None:
             return standing, False
     if "attempt" in body and body["attempt"] not in _attempts(history):
         raise NotaryInputError(f"{kind} names attempt {body['attempt']}, which was never made")
@@ -359,6 +359,65 @@ def effect_record_outcome(
     except ReceiptError as exc:
         raise NotaryInputError(f"{kind} does not follow from the effect's entries: {exc}") from exc
     return row.as_ledger_entry(), True
+
+
+@transaction.atomic
+def effect_observe(
+    *, tenant: Tenant, effect_id: str, evidence: Mapping[str, Any]
+) -> tuple[LedgerEntry, str]:
+    """Record evidence of how an effect went (a provider's webhook, a service's attestation) as
+    OBSERVED, and settle the effect by it when nothing better stands: a dispatched effect with
+    no verdict, or one left AMBIGUOUS, becomes COMMITTED_ON_EVIDENCE on evidence it was done and
+    FAILED on evidence it was not. A verdict already reached is never moved, so late and
+    out-of-order events only add to the record. Joins the caller's transaction (ingestion
+    records what it did in the same one). Returns the OBSERVED entry and what was settled."""
+    if evidence.get("outcome") not in ("performed", "not_performed", "other"):
+        raise NotaryInputError("evidence.outcome: performed, not_performed or other")
+    now = lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    [observed] = append_entries(
+        log=tenant.log,
+        items=[NewEntry(kind=EntryKind.OBSERVED, body=dict(evidence), effect_id=effect_id)],
+        created_at=now,
+    )
+    attempt = last_attempt(history)
+    standing = _standing_verdict(history)
+    open_ = standing is None or standing.kind == EntryKind.AMBIGUOUS
+    cited = {"by": "notary", "evidence_seq": observed.seq}
+    if not attempt or not open_ or evidence["outcome"] == "other":
+        settled, kind, body = "recorded", "", {}
+    elif evidence["outcome"] == "performed":
+        settled, kind = "committed_on_evidence", EntryKind.COMMITTED
+        body = {
+            "state": "COMMITTED_ON_EVIDENCE",
+            "attempt": attempt,
+            "result_ref": str(evidence.get("result_ref") or ""),
+            "recheck": cited,
+        }
+    else:
+        settled, kind = "failed_on_evidence", EntryKind.FAILED
+        body = {"attempt": attempt, "code": f"evidence:{evidence.get('type', '')}", **cited}
+    if kind:
+        append_entries(log=tenant.log, items=[NewEntry(kind, body, effect_id)], created_at=now)
+    _project_effect(tenant=tenant, effect_id=effect_id)
+    return observed.as_ledger_entry(), settled
+
+
+@transaction.atomic(durable=True)
+def attestation_record(
+    *, tenant: Tenant, by: str, effect_id: str, performed: bool, reference: str, detail: str
+) -> tuple[LedgerEntry, str]:
+    """A cooperating service's word that it did, or did not, perform the effect: evidence,
+    settling the effect the same way a provider's webhook does."""
+    evidence = {
+        "source": "attestation",
+        "by": by,
+        "outcome": "performed" if performed else "not_performed",
+        "type": "attestation",
+        "result_ref": reference,
+        "detail": detail,
+    }
+    return effect_observe(tenant=tenant, effect_id=effect_id, evidence=evidence)
 
 
 @transaction.atomic(durable=True)
@@ -396,6 +455,13 @@ def _history_of(*, tenant: Tenant, effect_id: str) -> list[LedgerEntry]:
     if not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists():
         raise NotaryNotFound(f"no effect {effect_id!r}")
     return effect_entries(log=tenant.log, effect_id=effect_id)
+
+
+def _standing_verdict(history: Sequence[LedgerEntry]) -> LedgerEntry | None:
+    """The verdict the effect's receipt reports now: the last one (evidence can settle an
+    AMBIGUOUS effect after it was marked so)."""
+    verdicts = [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
+    return verdicts[-1] if verdicts else None
 
 
 def _attempts(history: Sequence[LedgerEntry]) -> set[int]:
@@ -490,10 +556,10 @@ _LOOKUP_TIMEOUT = timedelta(seconds=5)
 
 def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     """Settle one effect left DISPATCHED past its target's max in-flight, if the notary can
-    know how it ended: from positive evidence in the ledger, else from the target's lookup
-    (tier 2), else AMBIGUOUS once the evidence window has passed. Never resends: a resend needs
-    the agent's credentials and a fresh premise check, which the gate's recover() does. Returns
-    what it did; safe to rerun."""
+    know how it ended: from the target's lookup (tier 2), else AMBIGUOUS once the evidence window
+    has passed with none (evidence settles an effect as it arrives: effect_observe). Never
+    resends: a resend needs the agent's credentials and a fresh premise check, which the gate's
+    recover() does. Returns what it did; safe to rerun."""
     effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).first()
     if effect is None or effect.settled_at is not None or effect.dispatched_at is None:
         return "nothing_to_do"
@@ -501,20 +567,6 @@ def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     now = timezone.now()
     if now < effect.dispatched_at + target.max_inflight:
         return "in_flight"
-    history = effect_entries(log=tenant.log, effect_id=effect_id)
-    evidence = next((e for e in history if _is_positive_evidence(e)), None)
-    if evidence is not None:
-        body = evidence.body_value()
-        return _notary_verdict(
-            tenant=tenant,
-            effect=effect,
-            kind=EntryKind.COMMITTED,
-            body={
-                "state": "COMMITTED_ON_EVIDENCE",
-                "result_ref": str(body.get("result_ref", "")),
-                "recheck": {"by": "notary", "evidence_seq": evidence.seq},
-            },
-        )
     if target.lookup_url:
         answer = _notary_lookup(target, effect_id)
         if isinstance(answer, Found):
@@ -560,11 +612,6 @@ def _notary_verdict(*, tenant: Tenant, effect: Effect, kind: str, body: Mapping[
     append_entry(log=tenant.log, kind=kind, body=full, effect_id=effect.effect_id)
     _project_effect(tenant=tenant, effect_id=effect.effect_id)
     return str(full.get("state", kind)).lower()
-
-
-def _is_positive_evidence(entry: LedgerEntry) -> bool:
-    """An OBSERVED entry (a webhook or a service's attestation) saying the effect was done."""
-    return entry.kind == EntryKind.OBSERVED and entry.body_value().get("outcome") == "performed"
 
 
 def _notary_lookup(target: Target, effect_id: str) -> Found | NotFound | Unknown:

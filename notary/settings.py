@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "ledger",
     "notary",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -167,7 +168,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "notary.tasks.sweep_in_flight",
         "schedule": float(env_int("NOTARY_SWEEP_INTERVAL_SECONDS", 30)),
     },
+    "ingest-stranded-webhooks": {
+        "task": "webhooks.tasks.ingest_stranded_events",
+        "schedule": float(env_int("NOTARY_SWEEP_INTERVAL_SECONDS", 30)),
+    },
 }
+# A webhook body larger than this is refused (413) before it is read.
+WEBHOOK_MAX_BODY_BYTES = env_int("WEBHOOK_MAX_BODY_BYTES", 256 * 1024)
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))

@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notary.views import (
+    AttestationView,
     EffectDetailView,
     EffectDispatchView,
     EffectOutcomeView,
@@ -26,11 +27,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("webhooks/", include("webhooks.urls")),
     path("v1/whoami", WhoAmIView.as_view(), name="whoami"),
     path("v1/leases", LeaseGrantView.as_view(), name="lease-grant"),
     path("v1/leases/<str:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
     path("v1/leases/<str:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
     path("v1/", include("notary.ledger_urls")),
+    path("v1/attestations", AttestationView.as_view(), name="attestations"),
     path("v1/effects", EffectProposeView.as_view(), name="effect-propose"),
     path("v1/effects/unsettled", EffectUnsettledView.as_view(), name="effect-unsettled"),
     path("v1/effects/<str:effect_id>", EffectDetailView.as_view(), name="effect-detail"),

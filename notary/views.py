@@ -11,6 +11,8 @@ from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
 from notary.models import Role
 from notary.serializers import (
+    AttestationInput,
+    AttestationOutput,
     EffectDetailOutput,
     EffectDispatchInput,
     EffectOutcomeInput,
@@ -209,3 +211,17 @@ class EffectReceiptView(APIView):
             "proofs": {str(seq): proof for seq, proof in proved.proofs.items()},
         }
         return Response(ReceiptOutput(body).data)
+
+
+class AttestationView(APIView):
+    permission_classes = [role_required(Role.SERVICE)]
+
+    @extend_schema(request=AttestationInput, responses={201: AttestationOutput})
+    def post(self, request: Request) -> Response:
+        given = AttestationInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        principal = _principal(request)
+        entry, settled = services.attestation_record(
+            tenant=principal.tenant, by=principal.api_key.holder, **given.validated_data
+        )
+        return Response(AttestationOutput({"settled": settled, "entry": entry}).data, status=201)

@@ -23,7 +23,12 @@ def free_port() -> int:
 
 @contextmanager
 def running_notary(
-    database_url: str, var_dir: Path, *, workers: int = 2, threads: int = 8
+    database_url: str,
+    var_dir: Path,
+    *,
+    workers: int = 2,
+    threads: int = 8,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Start gunicorn on a free port; yield its base URL once /healthz answers; stop it.
     Its errors go to gunicorn.log in `var_dir`."""
@@ -33,6 +38,7 @@ def running_notary(
         "DJANGO_SETTINGS_MODULE": "notary.settings",
         "DATABASE_URL": database_url,
         "NOTARY_VAR_DIR": str(var_dir),
+        **(settings or {}),
     }
     log = var_dir / "gunicorn.log"
     server = subprocess.Popen(

@@ -47,7 +47,11 @@ def test_compose_celery_commands_name_the_project_app() -> None:
     assert app.main == "notary"
     app.loader.import_default_modules()  # what a worker does at start: autodiscover tasks
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert scheduled == {"ledger.tasks.sign_due_checkpoints", "notary.tasks.sweep_in_flight"}
+    assert scheduled == {
+        "ledger.tasks.sign_due_checkpoints",
+        "notary.tasks.sweep_in_flight",
+        "webhooks.tasks.ingest_stranded_events",
+    }
     assert scheduled <= set(app.tasks)
 
 

@@ -14,82 +14,21 @@ import pytest
 from django.utils import timezone
 
 from gate_client.http_target import HttpTarget
-from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
 from gate_client.reference_service import RunningServer, read_acts, running_server
 from gate_client.targets import Sent, Tier
-from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
-from ledger.services import append_entry
 from notary import selectors, services
-from notary.models import Effect, Target, Tenant
+from notary.models import Effect, Tenant
 from notary.tasks import settle_in_flight_effect, sweep_in_flight
 from tests.celery_worker import running_worker
-
-INSTANT = timedelta(milliseconds=1)
+from tests.notary.effects import INSTANT, dispatched, register
 
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[RunningServer]:
     with running_server(tmp_path / "store", dedupe=False, lookup=True) as running:
         yield running
-
-
-def register(
-    tenant: Tenant,
-    name: str,
-    *,
-    tier: int = 3,
-    max_inflight: timedelta = INSTANT,
-    evidence_window: timedelta | None = None,
-    lookup_url: str = "",
-) -> Target:
-    return services.target_register(
-        tenant=tenant,
-        name=name,
-        tier=tier,
-        queryable=tier == 2,
-        max_inflight=max_inflight,
-        evidence_window=evidence_window,
-        lookup_url=lookup_url,
-    )
-
-
-def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
-    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
-    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
-    lease = services.lease_grant(
-        tenant=tenant,
-        approver=approver,
-        case_id=case_id,
-        action="email",
-        expires_at=timezone.now() + timedelta(hours=1),
-        requested_by="mail-bot",
-    )
-    proposal = Proposal(
-        case_id=case_id,
-        target=target,
-        action="email",
-        payload={"to": "customer@example.com"},
-        lease_id=lease.lease_id,
-        tenant=tenant.slug,
-    )
-    body = {
-        "case_id": case_id,
-        "target": target,
-        "action": "email",
-        "tenant": tenant.slug,
-        "lease_id": lease.lease_id,
-        "payload": dict(proposal.payload),
-        "payload_hash": proposal.payload_hash,
-        "premises": [],
-    }
-    services.effect_propose(tenant=tenant, effect_id=proposal.effect_id, proposal=body)
-    services.effect_dispatch(
-        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
-    )
-    time.sleep(0.005)  # past the 1 ms in-flight window
-    return proposal.effect_id
 
 
 def receipt(tenant: Tenant, effect_id: str) -> dict[str, object]:
@@ -109,21 +48,26 @@ def test_only_effects_past_their_window_and_unsettled_are_due(acme: Tenant) -> N
 
 
 @pytest.mark.django_db
-def test_positive_evidence_settles_it_without_a_person(acme: Tenant) -> None:
-    register(acme, "mail", evidence_window=timedelta(hours=24))
+def test_late_evidence_settles_what_the_sweep_left_ambiguous_without_a_person(
+    acme: Tenant,
+) -> None:
+    register(acme, "mail", evidence_window=INSTANT)
     effect_id = dispatched(acme, "mail", "case-1")
-    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "waiting_for_evidence"
-    append_entry(
-        log=acme.log,
-        kind=EntryKind.OBSERVED,
+    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "ambiguous"
+    observed, settled = services.attestation_record(
+        tenant=acme,
+        by="mailer",
         effect_id=effect_id,
-        body={"outcome": "performed", "source": "attestation", "result_ref": "msg_9"},
+        performed=True,
+        reference="msg_9",
+        detail="",
     )
-    assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "committed_on_evidence"
-    settled = receipt(acme, effect_id)
-    assert settled["final_state"] == "COMMITTED_ON_EVIDENCE"
-    assert settled["happened"] is True
-    assert settled["authorized_when_fired"] is True
+    assert settled == "committed_on_evidence"
+    after = receipt(acme, effect_id)
+    assert after["final_state"] == "COMMITTED_ON_EVIDENCE"
+    assert after["happened"] is True
+    assert after["recheck_at_recovery"] == {"by": "notary", "evidence_seq": observed.seq}
+    assert Effect.objects.get(effect_id=effect_id).result_ref == "msg_9"
     assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "nothing_to_do"
 
 

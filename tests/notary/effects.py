@@ -1,0 +1,64 @@
+"""Effects as an agent leaves them, made through the notary's services: for tests that start
+where the agent stopped."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from django.utils import timezone
+
+from gate_client.proposal import Proposal
+from notary import services
+from notary.models import Target, Tenant
+
+INSTANT = timedelta(milliseconds=1)
+
+
+def register(
+    tenant: Tenant,
+    name: str,
+    *,
+    tier: int = 3,
+    max_inflight: timedelta = INSTANT,
+    evidence_window: timedelta | None = None,
+    lookup_url: str = "",
+) -> Target:
+    return services.target_register(
+        tenant=tenant,
+        name=name,
+        tier=tier,
+        queryable=tier == 2,
+        max_inflight=max_inflight,
+        evidence_window=evidence_window,
+        lookup_url=lookup_url,
+    )
+
+
+def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
+    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
+    lease = services.lease_grant(
+        tenant=tenant,
+        approver=approver,
+        case_id=case_id,
+        action="email",
+        expires_at=timezone.now() + timedelta(hours=1),
+        requested_by="mail-bot",
+    )
+    proposal = Proposal(
+        case_id=case_id,
+        target=target,
+        action="email",
+        payload={"to": "customer@example.com"},
+        lease_id=lease.lease_id,
+        tenant=tenant.slug,
+    )
+    services.effect_propose(
+        tenant=tenant, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
+    )
+    services.effect_dispatch(
+        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
+    )
+    time.sleep(0.005)  # past the 1 ms in-flight window
+    return proposal.effect_id

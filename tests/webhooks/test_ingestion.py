@@ -1,0 +1,195 @@
+"""Ingestion: a verified event becomes OBSERVED evidence on its effect and settles it when nothing
+better stands — a dispatched or AMBIGUOUS effect becomes COMMITTED_ON_EVIDENCE or FAILED — and
+late or out-of-order events never move a verdict. Events whose task was lost are swept up."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.utils import timezone
+
+from gate_client.receipts import derive_receipt
+from ledger.core.entries import EntryKind
+from ledger.selectors import iter_entries
+from notary import services as notary_services
+from notary.models import Effect, Tenant
+from tests.conftest import child_database_url
+from tests.notary.conftest import client_for
+from tests.notary.effects import INSTANT, dispatched, register
+from tests.notary_server import free_port, running_notary
+from tests.webhooks.signing import (
+    as_headers,
+    body_of,
+    new_secret,
+    resend_event,
+    signed_headers,
+    stripe_refund_event,
+)
+from webhooks import selectors, services
+from webhooks.models import Endpoint, Ingestion, RawEvent
+from webhooks.tasks import ingest_event
+
+pytestmark = pytest.mark.django_db
+
+
+def endpoint_for(tenant: Tenant, provider: str, target: str = "refunds") -> tuple[Endpoint, str]:
+    secret = new_secret(provider)
+    made = services.endpoint_create(
+        tenant=tenant,
+        target=register(tenant, target, evidence_window=INSTANT),
+        provider=provider,
+        secrets=[secret],
+    )
+    return made, secret
+
+
+def deliver(made: Endpoint, secret: str, event: dict[str, Any], event_id: str = "") -> Ingestion:
+    body = body_of(event)
+    headers = as_headers(signed_headers(made.provider, body, secret, event_id=event_id))
+    stored, new = services.event_receive(endpoint=made, body=body, headers=headers)
+    assert stored.verified and new
+    return services.event_ingest(raw_event_id=stored.pk)
+
+
+def state(tenant: Tenant, effect_id: str) -> str:
+    return derive_receipt(list(iter_entries(log=tenant.log)), effect_id).final_state
+
+
+def kinds(tenant: Tenant, effect_id: str) -> list[str]:
+    return [e.kind for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
+
+
+def test_a_refund_webhook_settles_a_dispatched_effect_on_evidence(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+    effect_id = dispatched(acme, "refunds", "case-1")
+    event = stripe_refund_event(effect_id)
+    ingestion = deliver(made, secret, event)
+    assert ingestion.outcome == "committed_on_evidence"
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"
+    observed = next(e for e in iter_entries(log=acme.log) if e.kind == EntryKind.OBSERVED)
+    assert observed.seq == ingestion.observed_seq
+    assert observed.body_value()["event_id"] == event["id"]
+    assert Effect.objects.get(effect_id=effect_id).result_ref == event["data"]["object"]["id"]
+    again = services.event_ingest(raw_event_id=ingestion.raw_event_id)
+    assert again == ingestion  # ingesting twice adds nothing
+    assert kinds(acme, effect_id) == ["PROPOSED", "DISPATCHED", "OBSERVED", "COMMITTED"]
+
+
+def test_late_evidence_settles_an_ambiguous_effect_and_nothing_moves_back(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+    effect_id = dispatched(acme, "refunds", "case-1")
+    assert notary_services.effect_sweep(tenant=acme, effect_id=effect_id) == "ambiguous"
+    deliver(made, secret, stripe_refund_event(effect_id))
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"
+    late = deliver(made, secret, stripe_refund_event(effect_id, status="failed"))
+    assert late.outcome == "recorded"  # evidence kept; the verdict stands
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"
+    agent = notary_services.effect_record_outcome(
+        tenant=acme, effect_id=effect_id, kind="AMBIGUOUS", body={}
+    )
+    assert agent[1] is False  # an agent's late AMBIGUOUS does not undo the evidence
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"
+
+
+def test_a_failed_refund_is_evidence_of_failure(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+    effect_id = dispatched(acme, "refunds", "case-1")
+    event = stripe_refund_event(effect_id, status="failed", event_type="refund.failed")
+    assert deliver(made, secret, event).outcome == "failed_on_evidence"
+    assert state(acme, effect_id) == "FAILED:evidence:refund.failed"
+    late = deliver(made, secret, stripe_refund_event(effect_id))
+    assert late.outcome == "recorded"
+    assert state(acme, effect_id) == "FAILED:evidence:refund.failed"
+
+
+def test_resend_matches_by_tag_or_by_the_email_id_the_gate_committed(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "resend", target="mail")
+    tagged = dispatched(acme, "mail", "case-1")
+    assert deliver(made, secret, resend_event("email.sent", effect_id=tagged), "m1").outcome == (
+        "committed_on_evidence"
+    )
+    untagged = dispatched(acme, "mail", "case-2")
+    notary_services.effect_record_outcome(
+        tenant=acme,
+        effect_id=untagged,
+        kind="COMMITTED",
+        body={"state": "COMMITTED", "attempt": 1, "result_ref": "em_42", "recheck": None},
+    )
+    bounced = deliver(made, secret, resend_event("email.bounced", email_id="em_42"), "m2")
+    assert bounced.effect_id == untagged
+    assert bounced.outcome == "recorded"  # committed already: the bounce is kept as evidence
+    unknown = deliver(made, secret, resend_event("email.sent", email_id="em_nobody"), "m3")
+    assert (unknown.outcome, unknown.effect_id, unknown.observed_seq) == ("unmatched", "", None)
+
+
+def test_another_tenants_effect_is_never_touched(acme: Tenant, globex: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+    register(globex, "refunds")
+    theirs = dispatched(globex, "refunds", "case-1")
+    size = globex.log.size
+    assert deliver(made, secret, stripe_refund_event(theirs)).outcome == "unmatched"
+    globex.log.refresh_from_db()
+    assert globex.log.size == size
+    assert state(globex, theirs) == "DISPATCHED"
+
+
+def test_an_attestation_settles_through_the_api(acme: Tenant, globex: Tenant) -> None:
+    register(acme, "ledger-sync", evidence_window=INSTANT)
+    effect_id = dispatched(acme, "ledger-sync", "case-1")
+    service = client_for(acme, "service", "erp")
+    answer = service.post(
+        "/v1/attestations",
+        {"effect_id": effect_id, "performed": True, "reference": "doc_7"},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["settled"] == "committed_on_evidence"
+    assert answer.json()["entry"]["body"]["by"] == "erp"
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"
+    assert client_for(acme, "agent", "bot").post("/v1/attestations", {}).status_code == 403
+    outsider = client_for(globex, "service", "other-erp")
+    missing = outsider.post(
+        "/v1/attestations", {"effect_id": effect_id, "performed": False}, format="json"
+    )
+    assert missing.status_code == 404
+    bad = service.post("/v1/attestations", {"effect_id": effect_id}, format="json")
+    assert bad.status_code == 400
+    assert set(bad.json()) == {"error", "detail"}
+
+
+@pytest.mark.slow
+def test_an_event_that_arrived_while_redis_was_down_is_ingested_by_the_sweep(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    acme = notary_services.tenant_create(slug="acme", name="Acme")
+    made, secret = endpoint_for(acme, "stripe")
+    effect_id = dispatched(acme, "refunds", "case-1")
+    body = body_of(stripe_refund_event(effect_id))
+    dead_broker = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+    }
+    with running_notary(child_database_url(), tmp_path, settings=dead_broker) as url:
+        answer = httpx.post(
+            f"{url}/webhooks/{made.public_id}/",
+            content=body,
+            headers={
+                "Content-Type": "application/json",
+                **as_headers(signed_headers("stripe", body, secret)),
+            },
+            timeout=60,
+        )
+    assert answer.status_code == 200, answer.text  # stored and answered with the queue down
+    stored = RawEvent.objects.get()
+    assert not Ingestion.objects.exists()
+    stranded = selectors.events_awaiting_ingestion(
+        received_before=timezone.now() + timedelta(seconds=1)
+    )
+    assert stranded == [stored.pk]
+    assert [ingest_event(raw_event_id) for raw_event_id in stranded] == ["committed_on_evidence"]
+    assert selectors.events_awaiting_ingestion(received_before=timezone.now()) == []
+    assert state(acme, effect_id) == "COMMITTED_ON_EVIDENCE"

@@ -1,0 +1,163 @@
+"""Writes of the webhooks app: storing what arrived, and ingesting it as ledger evidence."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from notary import services as notary_services
+from notary.models import Effect, Target, Tenant
+from webhooks import providers
+from webhooks.models import Endpoint, EndpointSecret, Ingestion, Provider, RawEvent
+
+log = logging.getLogger(__name__)
+
+
+class WebhookInputError(ValueError):
+    """The endpoint cannot be set up as asked; nothing was written."""
+
+
+@transaction.atomic(durable=True)
+def endpoint_create(
+    *,
+    tenant: Tenant,
+    target: Target,
+    provider: str,
+    secrets: Sequence[str],
+    effect_id_path: str = "",
+    positive_types: Sequence[str] = (),
+    negative_types: Sequence[str] = (),
+) -> Endpoint:
+    if provider not in Provider.values:
+        raise WebhookInputError(f"provider {provider!r}: one of {', '.join(Provider.values)}")
+    if target.tenant_id != tenant.pk:
+        raise WebhookInputError("the target belongs to another tenant")
+    if not secrets:
+        raise WebhookInputError("an endpoint needs at least one signing secret")
+    for secret in secrets:
+        try:
+            providers.check_secret(provider, secret)
+        except ValueError as exc:
+            raise WebhookInputError(str(exc)) from exc
+    if provider == Provider.STANDARD and not effect_id_path:
+        raise WebhookInputError("a Standard Webhooks endpoint needs effect_id_path")
+    endpoint = Endpoint.objects.create(
+        tenant=tenant,
+        target=target,
+        provider=provider,
+        effect_id_path=effect_id_path,
+        positive_types=list(positive_types),
+        negative_types=list(negative_types),
+    )
+    EndpointSecret.objects.bulk_create(EndpointSecret(endpoint=endpoint, secret=s) for s in secrets)
+    return endpoint
+
+
+def event_receive(
+    *, endpoint: Endpoint, body: bytes, headers: Mapping[str, str]
+) -> tuple[RawEvent, bool]:
+    """Verify and store one request; return the stored event and whether it is new.
+
+    Every request is stored as it came, failed ones included (verified=False, with the reason):
+    a forgery is worth keeping, and it claims no event id. A verified event whose id was stored
+    before adds nothing. A new verified event is queued for ingestion once its row is committed;
+    with the queue down it waits for the periodic sweep."""
+    kept = {name: headers[name] for name in providers.KEPT_HEADERS if name in headers}
+    secrets = list(
+        endpoint.secrets.filter(retired_at__isnull=True).values_list("secret", flat=True)
+    )
+    try:
+        verified = providers.verify(endpoint.provider, body, headers, secrets)
+    except providers.VerificationFailed as failure:
+        event = RawEvent.objects.create(
+            endpoint=endpoint,
+            headers=kept,
+            body=body,
+            verified=False,
+            verification_error=str(failure)[:2000],
+        )
+        return event, True
+    existing = RawEvent.objects.filter(
+        endpoint=endpoint, provider_event_id=verified.event_id, verified=True
+    ).first()
+    if existing is not None:
+        return existing, False
+    try:
+        with transaction.atomic():
+            event = RawEvent.objects.create(
+                endpoint=endpoint,
+                provider_event_id=verified.event_id,
+                headers=kept,
+                body=body,
+                verified=True,
+            )
+            transaction.on_commit(lambda: _enqueue(event.pk))
+    except IntegrityError:  # the same event, stored by a concurrent delivery a moment ago
+        return RawEvent.objects.get(
+            endpoint=endpoint, provider_event_id=verified.event_id, verified=True
+        ), False
+    return event, True
+
+
+@transaction.atomic(durable=True)
+def event_ingest(*, raw_event_id: int) -> Ingestion:
+    """Match a verified event to its effect and record it as OBSERVED evidence, settling the
+    effect when the evidence can (notary.services.effect_observe); all in one transaction with
+    the Ingestion row, so an event is ingested exactly once however often this runs."""
+    event = RawEvent.objects.select_for_update().select_related("endpoint").get(pk=raw_event_id)
+    done = Ingestion.objects.filter(raw_event=event).first()
+    if done is not None:
+        return done
+    if not event.verified:
+        raise WebhookInputError(f"raw event {event.pk} failed verification: nothing to ingest")
+    endpoint = event.endpoint
+    observation = providers.observe(
+        endpoint.provider,
+        providers.Verified(event.provider_event_id, providers.json_object(bytes(event.body))),
+        effect_id_path=endpoint.effect_id_path,
+        positive_types=endpoint.positive_types,
+        negative_types=endpoint.negative_types,
+    )
+    effect = _effect_for(endpoint, observation)
+    if effect is None:
+        return Ingestion.objects.create(raw_event=event, outcome="unmatched")
+    evidence: dict[str, Any] = {
+        "source": "webhook",
+        "provider": observation.provider,
+        "event_id": observation.event_id,
+        "type": observation.event_type,
+        "occurred_at": observation.occurred_at,
+        "outcome": observation.outcome,
+        "result_ref": observation.result_ref,
+        "body_sha256": hashlib.sha256(bytes(event.body)).hexdigest(),
+    }
+    observed, settled = notary_services.effect_observe(
+        tenant=endpoint.tenant, effect_id=effect.effect_id, evidence=evidence
+    )
+    return Ingestion.objects.create(
+        raw_event=event, effect_id=effect.effect_id, observed_seq=observed.seq, outcome=settled
+    )
+
+
+def _effect_for(endpoint: Endpoint, observation: providers.Observation) -> Effect | None:
+    """The endpoint tenant's effect on the endpoint's target the event speaks of: by the effect
+    id the gate put on the request, else (Resend) by the email id the gate committed."""
+    effects = Effect.objects.filter(tenant=endpoint.tenant, target=endpoint.target.name)
+    if observation.effect_id:
+        return effects.filter(effect_id=observation.effect_id).first()
+    if observation.result_ref and endpoint.provider == Provider.RESEND:
+        return effects.filter(result_ref=observation.result_ref).first()
+    return None
+
+
+def _enqueue(raw_event_id: int) -> None:
+    from webhooks.tasks import ingest_event
+
+    try:
+        ingest_event.delay(raw_event_id)
+    except Exception:  # the broker is down: the event is stored, the sweep will ingest it
+        log.warning("could not queue raw event %s for ingestion", raw_event_id, exc_info=True)

@@ -1,0 +1,27 @@
+"""Webhook ingestion (queued as each event is stored) and the sweep for events whose task was
+lost (Celery beat). Both take ids and are safe to rerun."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from webhooks import selectors, services
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def ingest_event(raw_event_id: int) -> str:
+    return services.event_ingest(raw_event_id=raw_event_id).outcome
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def ingest_stranded_events() -> int:
+    """Ingest verified events left uningested for a minute (not those just queued)."""
+    stranded = selectors.events_awaiting_ingestion(
+        received_before=timezone.now() - timedelta(minutes=1)
+    )
+    for raw_event_id in stranded:
+        ingest_event.delay(raw_event_id)
+    return len(stranded)
