@@ -3,9 +3,11 @@
 Fail closed: a method returns only on the notary's durable acknowledgement, and anything else —
 a refused connection, a timeout, a 5xx — raises JournalError, so the gate never dispatches on a
 record it cannot prove. Requests are retried only where a retry cannot record twice: reads,
-propose (idempotent on the effect id) and outcomes (the notary keeps the first verdict). A
-dispatch is never retried: had the lost answer been a success, the retry would look like another
-agent's attempt; the gate leaves the effect to recover() instead."""
+propose (idempotent on the effect id; with a dispatch, attempt 1 is recorded once, and a retry
+after a lost answer comes back with nothing dispatched, which the gate recovers) and outcomes
+(the standing verdict is answered again). A dispatch of attempt n is never retried: had the lost
+answer been a success, the retry would look like another agent's attempt; the gate leaves the
+effect to recover() instead."""
 
 from __future__ import annotations
 

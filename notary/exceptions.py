@@ -7,11 +7,12 @@ from typing import Any
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from ledger.services import LedgerInputError
 from notary.services import NotaryConflict, NotaryInputError, NotaryNotFound
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if isinstance(exc, NotaryInputError):
+    if isinstance(exc, NotaryInputError | LedgerInputError):
         return Response({"error": "invalid", "detail": str(exc)}, status=400)
     if isinstance(exc, NotaryNotFound):
         return Response({"error": "not_found", "detail": str(exc)}, status=404)

@@ -93,7 +93,10 @@ _EMBEDDED_DATABASE_URL = f"sqlite:///{VAR_DIR / 'notary.sqlite3'}"
 DATABASE_URL = env_str("DATABASE_URL", _EMBEDDED_DATABASE_URL)
 if DATABASE_URL == _EMBEDDED_DATABASE_URL:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Health checks: a connection PostgreSQL dropped (a restart) is replaced, not a 500.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes SQLite's write lock at BEGIN, so two appenders queue instead of failing
     # to upgrade a read lock; WAL lets readers run beside the one writer.

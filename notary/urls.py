@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from notary.views import (
@@ -20,8 +20,34 @@ from notary.views import (
 )
 
 
+class RecordIdConverter:
+    """An effect or lease id in a path: printable, no slash. A NUL or other control character
+    cannot be an id (PostgreSQL text cannot even hold NUL), so such a path matches nothing."""
+
+    regex = "[^/\x00-\x1f\x7f]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(RecordIdConverter, "id")
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
+
+
+def not_found(request: HttpRequest, exception: Exception) -> JsonResponse:
+    """Every 404, in the API's one error shape."""
+    return JsonResponse(
+        {"error": "not_found", "detail": f"nothing at {request.path!r}"}, status=404
+    )
+
+
+handler404 = not_found
 
 
 urlpatterns = [
@@ -30,18 +56,18 @@ urlpatterns = [
     path("webhooks/", include("webhooks.urls")),
     path("v1/whoami", WhoAmIView.as_view(), name="whoami"),
     path("v1/leases", LeaseGrantView.as_view(), name="lease-grant"),
-    path("v1/leases/<str:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
-    path("v1/leases/<str:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
+    path("v1/leases/<id:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
+    path("v1/leases/<id:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
     path("v1/", include("notary.ledger_urls")),
     path("v1/attestations", AttestationView.as_view(), name="attestations"),
     path("v1/effects", EffectProposeView.as_view(), name="effect-propose"),
     path("v1/effects/unsettled", EffectUnsettledView.as_view(), name="effect-unsettled"),
-    path("v1/effects/<str:effect_id>", EffectDetailView.as_view(), name="effect-detail"),
+    path("v1/effects/<id:effect_id>", EffectDetailView.as_view(), name="effect-detail"),
     path(
-        "v1/effects/<str:effect_id>/dispatch", EffectDispatchView.as_view(), name="effect-dispatch"
+        "v1/effects/<id:effect_id>/dispatch", EffectDispatchView.as_view(), name="effect-dispatch"
     ),
-    path("v1/effects/<str:effect_id>/outcome", EffectOutcomeView.as_view(), name="effect-outcome"),
-    path("v1/effects/<str:effect_id>/receipt", EffectReceiptView.as_view(), name="effect-receipt"),
+    path("v1/effects/<id:effect_id>/outcome", EffectOutcomeView.as_view(), name="effect-outcome"),
+    path("v1/effects/<id:effect_id>/receipt", EffectReceiptView.as_view(), name="effect-receipt"),
     path(
         "v1/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
