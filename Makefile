@@ -23,13 +23,14 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy ledger notary gate_client
+	$(BIN)/mypy ledger notary gate_client webhooks
 
 pytest: $(BIN)/.installed
 	$(BIN)/pytest -n 2
 
 bench: $(BIN)/.installed
 	$(BIN)/python experiments/bench_ledger.py
+	$(BIN)/python experiments/bench_notary.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -91,12 +91,6 @@ def iter_effect_histories(*, log: Log) -> Generator[tuple[str, list[LedgerEntry]
         yield current, history
 
 
-def iter_entries_of_kinds(*, log: Log, kinds: Iterable[str]) -> Generator[LedgerEntry]:
-    rows = Entry.objects.filter(log=log, kind__in=list(kinds)).order_by("seq")
-    for row in rows.iterator(chunk_size=2000):
-        yield row.as_ledger_entry()
-
-
 def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
     """The stored hashes of these perfect subtrees, in one query (leaves are entry hashes)."""
     leaves = sorted(index for level, index in node_ids if level == 0)

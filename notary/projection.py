@@ -11,12 +11,12 @@ from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
 
 
-def effect_fields(history: Sequence[Entry], lease_entries: Sequence[Entry]) -> dict[str, Any]:
-    """Projection fields of the effect whose entries are `history` (its PROPOSED first)."""
+def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
+    """Projection fields of the effect whose entries are `history`. The final state does not
+    depend on the lease's entries (only authorized_when_fired does, which is not projected)."""
     proposed = next(e for e in history if e.kind == EntryKind.PROPOSED)
     body = proposed.body_value()
-    journal = sorted([*history, *lease_entries], key=lambda e: e.seq)
-    receipt = derive_receipt(journal, proposed.effect_id)
+    receipt = derive_receipt(history, proposed.effect_id)
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
     verdicts = [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
     verdict = verdicts[0] if verdicts else None

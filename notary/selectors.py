@@ -23,7 +23,7 @@ def api_key_for_token(*, token: str) -> ApiKey | None:
     if prefix != TOKEN_PREFIX or not key_id or not secret:
         return None
     api_key = (
-        ApiKey.objects.select_related("tenant")
+        ApiKey.objects.select_related("tenant__log")
         .filter(key_id=key_id, revoked_at__isnull=True)
         .first()
     )
@@ -54,10 +54,14 @@ def effect_entries_for_receipt(
     """The effect's own entries, and its lease's grant and revocation: everything its receipt
     is derived from (whether the lease was live is read from their order)."""
     history = effect_entries(log=tenant.log, effect_id=effect.effect_id)
-    lease = Lease.objects.filter(tenant=tenant, lease_id=effect.lease_id).first()
+    return history, lease_entries(tenant=tenant, lease_id=effect.lease_id)
+
+
+def lease_entries(*, tenant: Tenant, lease_id: str) -> list[LedgerEntry]:
+    """The lease's LEASE_GRANTED and LEASE_REVOKED entries (none for an unknown lease)."""
+    lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
     seqs = [] if lease is None else [lease.granted_seq, lease.revoked_seq]
-    lease_entries = entries_at(log=tenant.log, seqs=[s for s in seqs if s is not None])
-    return history, lease_entries
+    return entries_at(log=tenant.log, seqs=[s for s in seqs if s is not None])
 
 
 @dataclass(frozen=True)

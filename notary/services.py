@@ -24,7 +24,7 @@ from gate_client.journal import (
     last_attempt,
 )
 from gate_client.leases import Lease as LeaseTerms
-from gate_client.leases import LeaseState, lease_states
+from gate_client.leases import LeaseState
 from gate_client.receipts import ReceiptError
 from gate_client.targets import Found, NotFound, Unknown
 from gate_client.targets import Tier as GateTier
@@ -33,9 +33,7 @@ from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.selectors import (
     effect_entries,
-    entries_at,
     iter_effect_histories,
-    iter_entries_of_kinds,
 )
 from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
 from notary.models import ApiKey, Effect, Lease, Role, Target, Tenant, Tier
@@ -263,9 +261,9 @@ def effect_propose(
     if dispatch_premises is not None:
         _check_holding(dispatch_premises)
     now = lock_log(log=tenant.log)
-    created = not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists()
-    history = [] if created else effect_entries(log=tenant.log, effect_id=effect_id)
-    standing = proposal if created else history[0].body_value()
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    created = not any(e.kind == EntryKind.PROPOSED for e in history)
+    standing = proposal if created else _proposed_body(history)
     items = [NewEntry(EntryKind.PROPOSED, dict(proposal), effect_id)] if created else []
     refusal = None
     if (
@@ -283,8 +281,8 @@ def effect_propose(
     if not items:
         return Proposed(history, created, refusal=refusal)
     rows = append_entries(log=tenant.log, items=items, created_at=now)
-    _project_effect(tenant=tenant, effect_id=effect_id)
     appended = [row.as_ledger_entry() for row in rows]
+    _project_effect(tenant=tenant, history=history + appended, created=created)
     dispatched = next((e for e in appended if e.kind == EntryKind.DISPATCHED), None)
     return Proposed(history + appended, created, dispatched, refusal)
 
@@ -311,11 +309,12 @@ def effect_dispatch(
         raise NotaryConflict(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
         )
-    proposed = history[0].body_value()
+    proposed = _proposed_body(history)
     item = _checked_dispatch(tenant, effect_id, proposed, attempt, premises, recovery, now)
-    [entry] = append_entries(log=tenant.log, items=[item], created_at=now)
-    _project_effect(tenant=tenant, effect_id=effect_id)
-    return entry.as_ledger_entry()
+    [row] = append_entries(log=tenant.log, items=[item], created_at=now)
+    entry = row.as_ledger_entry()
+    _project_effect(tenant=tenant, history=[*history, entry])
+    return entry
 
 
 def _checked_dispatch(
@@ -339,10 +338,10 @@ def _checked_dispatch(
 @transaction.atomic(durable=True)
 def effect_record_outcome(
     *, tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any]
-) -> tuple[LedgerEntry, bool]:
-    """Record how the effect ended, as the agent learned it; return the entry and whether it is
-    new. The first verdict stands: a second one returns it and records nothing, so a retried
-    request and two recovering agents both converge on one outcome."""
+) -> tuple[LedgerEntry, bool, list[LedgerEntry]]:
+    """Record how the effect ended, as the agent learned it; return the entry, whether it is
+    new, and the effect's entries now. A verdict already reached stands: another one returns it
+    and records nothing, so a retried request and two recovering agents converge on one."""
     _check_outcome(kind=kind, body=body)
     lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
@@ -350,15 +349,18 @@ def effect_record_outcome(
     if is_verdict:
         standing = _standing_verdict(history)
         if standing is not None:
-            return standing, False
+            return standing, False, history
     if "attempt" in body and body["attempt"] not in _attempts(history):
         raise NotaryInputError(f"{kind} names attempt {body['attempt']}, which was never made")
-    row = append_entry(log=tenant.log, kind=kind, body=dict(body), effect_id=effect_id)
+    entry = append_entry(
+        log=tenant.log, kind=kind, body=dict(body), effect_id=effect_id
+    ).as_ledger_entry()
+    history = [*history, entry]
     try:
-        _project_effect(tenant=tenant, effect_id=effect_id)
+        _project_effect(tenant=tenant, history=history)
     except ReceiptError as exc:
         raise NotaryInputError(f"{kind} does not follow from the effect's entries: {exc}") from exc
-    return row.as_ledger_entry(), True
+    return entry, True, history
 
 
 @transaction.atomic
@@ -375,11 +377,13 @@ def effect_observe(
         raise NotaryInputError("evidence.outcome: performed, not_performed or other")
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
-    [observed] = append_entries(
+    [observed_row] = append_entries(
         log=tenant.log,
         items=[NewEntry(kind=EntryKind.OBSERVED, body=dict(evidence), effect_id=effect_id)],
         created_at=now,
     )
+    observed = observed_row.as_ledger_entry()
+    history = [*history, observed]
     attempt = last_attempt(history)
     standing = _standing_verdict(history)
     open_ = standing is None or standing.kind == EntryKind.AMBIGUOUS
@@ -398,9 +402,12 @@ def effect_observe(
         settled, kind = "failed_on_evidence", EntryKind.FAILED
         body = {"attempt": attempt, "code": f"evidence:{evidence.get('type', '')}", **cited}
     if kind:
-        append_entries(log=tenant.log, items=[NewEntry(kind, body, effect_id)], created_at=now)
-    _project_effect(tenant=tenant, effect_id=effect_id)
-    return observed.as_ledger_entry(), settled
+        [verdict] = append_entries(
+            log=tenant.log, items=[NewEntry(kind, body, effect_id)], created_at=now
+        )
+        history.append(verdict.as_ledger_entry())
+    _project_effect(tenant=tenant, history=history)
+    return observed, settled
 
 
 @transaction.atomic(durable=True)
@@ -425,18 +432,11 @@ def effects_rebuild(*, tenant: Tenant) -> int:
     """Recompute the tenant's Effect table from its ledger alone; return how many effects."""
     lock_log(log=tenant.log)
     Effect.objects.filter(tenant=tenant).delete()
-    leases: dict[str, list[LedgerEntry]] = {}
-    for entry in iter_entries_of_kinds(
-        log=tenant.log, kinds=[EntryKind.LEASE_GRANTED, EntryKind.LEASE_REVOKED]
-    ):
-        leases.setdefault(entry.body_value()["lease_id"], []).append(entry)
     rows = []
     for effect_id, history in iter_effect_histories(log=tenant.log):
         if history[0].kind != EntryKind.PROPOSED:
             continue  # entries appended outside the effect protocol (ledger_append)
-        proposed = history[0].body_value()
-        fields = effect_fields(history, leases.get(proposed.get("lease_id", ""), []))
-        rows.append(Effect(tenant=tenant, effect_id=effect_id, **fields))
+        rows.append(Effect(tenant=tenant, effect_id=effect_id, **effect_fields(history)))
         if len(rows) >= 1000:
             Effect.objects.bulk_create(rows)
             rows = []
@@ -444,17 +444,28 @@ def effects_rebuild(*, tenant: Tenant) -> int:
     return Effect.objects.filter(tenant=tenant).count()
 
 
-def _project_effect(*, tenant: Tenant, effect_id: str) -> None:
-    history = effect_entries(log=tenant.log, effect_id=effect_id)
-    lease_id = history[0].body_value()["lease_id"]
-    fields = effect_fields(history, _lease_entries(tenant, lease_id))
-    Effect.objects.update_or_create(tenant=tenant, effect_id=effect_id, defaults=fields)
+def _project_effect(
+    *, tenant: Tenant, history: Sequence[LedgerEntry], created: bool = False
+) -> None:
+    """Write the Effect row for `history`, the effect's entries as of this transaction."""
+    fields = effect_fields(history)
+    effect_id = history[0].effect_id
+    if created:
+        Effect.objects.create(tenant=tenant, effect_id=effect_id, **fields)
+    else:
+        Effect.objects.filter(tenant=tenant, effect_id=effect_id).update(**fields)
 
 
 def _history_of(*, tenant: Tenant, effect_id: str) -> list[LedgerEntry]:
-    if not Effect.objects.filter(tenant=tenant, effect_id=effect_id).exists():
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    if not any(e.kind == EntryKind.PROPOSED for e in history):
         raise NotaryNotFound(f"no effect {effect_id!r}")
-    return effect_entries(log=tenant.log, effect_id=effect_id)
+    return history
+
+
+def _proposed_body(history: Sequence[LedgerEntry]) -> dict[str, Any]:
+    body: dict[str, Any] = next(e for e in history if e.kind == EntryKind.PROPOSED).body_value()
+    return body
 
 
 def _standing_verdict(history: Sequence[LedgerEntry]) -> LedgerEntry | None:
@@ -468,18 +479,22 @@ def _attempts(history: Sequence[LedgerEntry]) -> set[int]:
     return {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
 
 
-def _lease_entries(tenant: Tenant, lease_id: str) -> list[LedgerEntry]:
+def _lease_state(tenant: Tenant, lease_id: str) -> LeaseState | None:
+    """The lease as its ledger entries leave it. The Lease row is written with them, in the same
+    transaction under the same lock, so under the lock the row is the ledger's state."""
     lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
     if lease is None:
-        return []
-    seqs = [lease.granted_seq] + ([lease.revoked_seq] if lease.revoked_seq is not None else [])
-    return entries_at(log=tenant.log, seqs=seqs)
-
-
-def _lease_state(tenant: Tenant, lease_id: str) -> LeaseState | None:
-    """The lease as its ledger entries leave it (the Lease row is written with them, under the
-    same lock, so reading the row under the lock is reading the ledger)."""
-    return lease_states(_lease_entries(tenant, lease_id)).get(lease_id)
+        return None
+    terms = LeaseTerms(
+        lease_id=lease.lease_id,
+        case_id=lease.case_id,
+        action=lease.action,
+        expires_at=lease.expires_at,
+        granted_by=lease.granted_by,
+        limits=lease.limits,
+        payload_hash=lease.payload_hash or None,
+    )
+    return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 
 
 def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]) -> None:
@@ -609,8 +624,8 @@ def _notary_verdict(*, tenant: Tenant, effect: Effect, kind: str, body: Mapping[
     if has_verdict(history) or attempt != effect.attempts:
         return "settled_meanwhile"
     full = {**body, "attempt": attempt} if kind == EntryKind.COMMITTED else dict(body)
-    append_entry(log=tenant.log, kind=kind, body=full, effect_id=effect.effect_id)
-    _project_effect(tenant=tenant, effect_id=effect.effect_id)
+    entry = append_entry(log=tenant.log, kind=kind, body=full, effect_id=effect.effect_id)
+    _project_effect(tenant=tenant, history=[*history, entry.as_ledger_entry()])
     return str(full.get("state", kind)).lower()
 
 

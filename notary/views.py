@@ -175,11 +175,11 @@ class EffectOutcomeView(APIView):
         given = EffectOutcomeInput(data=request.data)
         given.is_valid(raise_exception=True)
         tenant = _principal(request).tenant
-        entry, recorded = services.effect_record_outcome(
+        entry, recorded, history = services.effect_record_outcome(
             tenant=tenant, effect_id=effect_id, **given.validated_data
         )
-        effect = selectors.effect_get(tenant=tenant, effect_id=effect_id)
-        history, lease_entries = selectors.effect_entries_for_receipt(tenant=tenant, effect=effect)
+        lease_id = next(e for e in history if e.kind == "PROPOSED").body_value()["lease_id"]
+        lease_entries = selectors.lease_entries(tenant=tenant, lease_id=lease_id)
         receipt_entries = sorted([*history, *lease_entries], key=lambda e: e.seq)
         body = {"recorded": recorded, "entry": entry, "receipt_entries": receipt_entries}
         return Response(RecordedEntryOutput(body).data, status=201 if recorded else 200)

@@ -1,0 +1,1141 @@
+"""Measure what the notary costs per effect: Gate.submit through NotaryJournal over loopback HTTP
+(gunicorn, gthread workers) on PostgreSQL, beside a direct call of the same no-op target.
+
+1. Latency: one agent submits `--effects` effects one after another, each on its own leased
+   case, through Gate + NotaryJournal to a tier-1 no-op target. The same target object called
+   directly is the baseline; the overhead is submit minus direct. Floors measured with the same
+   kind of client: GET /healthz (HTTP and Django, no database) and GET /v1/whoami (DRF and the
+   API-key lookup). HTTP requests per effect are counted on the client's transport.
+2. Where one submit's time goes: each request type timed from the client to its last body byte,
+   then the same submits again in this process (the WSGI app through httpx.WSGITransport: no
+   network, no gunicorn) with the SQL queries each request makes.
+3. Throughput: `--agents` agent processes, each submitting `--per-agent` effects, started
+   together, (a) all in one tenant (one ledger log: appends queue on its row lock) and (b) one
+   tenant each. Effects/s = all effects / (last agent's end - first agent's start); ledger
+   entries/s from the logs' growth; CPU seconds of the agents, the gunicorn workers and the
+   PostgreSQL backends of the bench database.
+
+Leases are granted beforehand with services.lease_grant, one per case, so granting is never
+timed. The benchmark is also a correctness check: every submit must end COMMITTED, authorized
+when fired, premises held; every log must grow by exactly 3 entries per effect; and a sample of
+receipts is re-derived from its tenant's whole log with verify_receipt. Anything else aborts
+with a non-zero exit.
+
+It works in its own database (--database-url, default interlock_bench_notary; dropped and
+recreated at start, a name without "bench" is refused) and drops it at the end unless --keep.
+Tables go to stdout, progress to stderr:
+
+    .venv/bin/python experiments/bench_notary.py [--quick] [--workers 2 --threads 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import queue
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tqdm import tqdm
+
+# The script lives in experiments/; the spawned agents import it too, so this runs in each.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.bench_ledger import environment, progress, recreate_database, setup_django, table
+from gate_client.gate import Gate
+from gate_client.notary_journal import NotaryJournal
+from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.receipts import Receipt
+from gate_client.targets import Found, Sent, Tier
+from tests.notary_server import running_notary
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
+
+    from notary.models import ApiKey, Tenant
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_notary"
+TARGET = "noop"
+ACTION = "refund"
+ENTRIES_PER_EFFECT = 3  # PROPOSED, DISPATCHED, COMMITTED
+GOAL_P50_OVERHEAD_MS = 5.0
+GOAL_EFFECTS_PER_SECOND = 500.0
+VERIFY_SAMPLE = 20  # receipts per phase re-derived from their whole log
+TICK = 10  # an agent reports progress every TICK effects
+# Spawning agents on a busy 2-core machine takes seconds; one that never answers must not hang
+# the run forever.
+START_TIMEOUT = 120.0
+SEED = 2119
+
+
+@dataclass(frozen=True)
+class Sizes:
+    effects: int
+    per_agent: int
+    agents: int
+    warmup: int
+    profile_effects: int
+
+
+PROFILES = {
+    "quick": Sizes(effects=20, per_agent=5, agents=8, warmup=3, profile_effects=5),
+    "default": Sizes(effects=500, per_agent=200, agents=8, warmup=10, profile_effects=100),
+}
+
+
+# --- The agent's side: a no-op target, its premise, its proposals ----------------------------
+
+
+class NoopTarget:
+    """Tier 1 and queryable, acting on nothing: send and lookup answer at once."""
+
+    name = TARGET
+    tier = Tier.DEDUPES
+    queryable = True
+    key_window: timedelta | None = timedelta(hours=24)
+    max_inflight = timedelta(seconds=30)
+
+    def send(self, effect_id: str, payload: Mapping[str, Any]) -> Sent:
+        return Sent(f"noop:{effect_id}")
+
+    def lookup(self, effect_id: str) -> Found:
+        return Found(f"noop:{effect_id}")
+
+
+def _ready() -> PremiseResult:
+    return PremiseResult(True, {"status": "ready"})
+
+
+READY = Premise("noop_ready", _ready)
+
+
+@dataclass(frozen=True)
+class Case:
+    case_id: str
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What one agent needs: its tenant, its agent key, and its leased cases."""
+
+    tenant: str
+    token: str
+    cases: tuple[Case, ...]
+
+
+def proposal(tenant: str, case: Case) -> Proposal:
+    return Proposal(
+        case.case_id,
+        TARGET,
+        ACTION,
+        {"amount_cents": 1299, "currency": "EUR", "order": case.case_id},
+        case.lease_id,
+        premises=[READY],
+        tenant=tenant,
+    )
+
+
+def open_gate(journal: NotaryJournal, target: NoopTarget) -> Gate:
+    return Gate(journal, {TARGET: target}, premises_for=lambda proposed: [READY])
+
+
+def receipt_problem(receipt: Receipt) -> str | None:
+    """What is wrong with a receipt of a no-op effect, or None: it must have committed, with
+    the lease live when it fired and its premise holding."""
+    if (
+        receipt.final_state == "COMMITTED"
+        and receipt.happened is True
+        and receipt.authorized_when_fired is True
+        and receipt.assumptions_held is True
+    ):
+        return None
+    return (
+        f"{receipt.effect_id}: {receipt.final_state}, happened={receipt.happened}, "
+        f"authorized_when_fired={receipt.authorized_when_fired}, "
+        f"assumptions_held={receipt.assumptions_held}"
+    )
+
+
+# --- Timing requests on the client's transport ------------------------------------------------
+
+_EFFECT_ID = re.compile(r"/eff_[A-Za-z0-9_-]+")
+
+# What the notary does for each route (the gate may send several, or fewer, per submit).
+NOTARY_DOES = {
+    "GET /v1/effects/{id} 404": "no such effect yet",
+    "GET /v1/effects/{id} 200": "read the effect's entries",
+    "POST /v1/effects 201": "PROPOSED (+ lease check and DISPATCHED if asked)",
+    "POST /v1/effects/{id}/dispatch 201": "lease check + DISPATCHED",
+    "POST /v1/effects/{id}/outcome 201": "COMMITTED",
+}
+
+
+@dataclass(frozen=True)
+class Call:
+    route: str
+    seconds: float
+    queries: int | None = None  # SQL statements run, when the app runs in this process
+    sql_seconds: float | None = None  # their execution time (commits not included)
+
+
+class TimedTransport(httpx.BaseTransport):
+    """Wraps a transport: times every request to its last body byte, labelled by route and
+    status, and counts and times its SQL when the app runs in this process."""
+
+    def __init__(self, inner: httpx.BaseTransport, *, in_process: bool = False) -> None:
+        self.inner = inner
+        self.in_process = in_process
+        self.calls: list[Call] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        route = f"{request.method} {_EFFECT_ID.sub('/{id}', request.url.path)}"
+        started = time.perf_counter()
+        if self.in_process:
+            from django.db import connection
+
+            statements: list[float] = []
+
+            def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+                began = time.perf_counter()
+                try:
+                    return execute(sql, params, many, context)
+                finally:
+                    statements.append(time.perf_counter() - began)
+
+            with connection.execute_wrapper(timed):
+                response, content = self._send(request)
+            seconds = time.perf_counter() - started
+            call = Call(
+                f"{route} {response.status_code}", seconds, len(statements), sum(statements)
+            )
+        else:
+            response, content = self._send(request)
+            call = Call(f"{route} {response.status_code}", time.perf_counter() - started)
+        self.calls.append(call)
+        headers = [
+            (name, value)
+            for name, value in response.headers.raw
+            if name.lower() not in (b"content-encoding", b"transfer-encoding")
+        ]
+        return httpx.Response(
+            response.status_code, headers=headers, content=content, extensions=response.extensions
+        )
+
+    def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+        response = self.inner.handle_request(request)
+        try:
+            return response, response.read()
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# --- Statistics and formatting ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stats:
+    samples: int
+    p50: float
+    p99: float
+    mean: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Stats:
+        return cls(len(seconds), percentile(seconds, 50), percentile(seconds, 99), mean(seconds))
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Nearest rank: the p99 of 500 samples is the 495th smallest."""
+    ordered = sorted(samples)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def mean(samples: Sequence[float]) -> float:
+    return statistics.fmean(samples) if samples else float("nan")
+
+
+def duration(seconds: float) -> str:
+    if abs(seconds) < 1e-5:
+        return f"{seconds * 1e6:.2f} us"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+# --- Database, tenants, keys and leases -------------------------------------------------------
+
+
+def drop_database(database_url: str) -> None:
+    name = str(conninfo_to_dict(database_url).get("dbname", ""))
+    maintenance = make_conninfo(database_url, dbname="postgres")
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    latency_tenant: str
+    latency_token: str
+    warmup: tuple[Case, ...]
+    latency: tuple[Case, ...]
+    profile: tuple[Case, ...]
+    shared: tuple[Agent, ...]  # (a) every agent in one tenant
+    separate: tuple[Agent, ...]  # (b) a tenant per agent
+
+
+class Setup:
+    """Tenants with the no-op target declared, approver and agent keys, and one lease per case,
+    all through notary.services, as the notary's own commands make them."""
+
+    def __init__(self, leases: int) -> None:
+        self.bar = tqdm(total=leases, desc="granting leases", unit="lease", file=sys.stderr)
+        self.expires = datetime.now(UTC) + timedelta(hours=6)
+        self.approvers: dict[str, ApiKey] = {}
+
+    def tenant(self, slug: str, name: str) -> Tenant:
+        from notary import services
+
+        tenant = services.tenant_create(slug=slug, name=name)
+        services.target_register(
+            tenant=tenant,
+            name=TARGET,
+            tier=Tier.DEDUPES.value,
+            queryable=True,
+            max_inflight=NoopTarget.max_inflight,
+            key_window=NoopTarget.key_window,
+        )
+        approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder="finance")
+        self.approvers[slug] = approver
+        return tenant
+
+    def agent_token(self, tenant: Tenant, holder: str) -> str:
+        from notary import services
+
+        _, token = services.api_key_issue(tenant=tenant, role="agent", holder=holder)
+        return token
+
+    def cases(self, tenant: Tenant, prefix: str, count: int) -> tuple[Case, ...]:
+        from notary import services
+
+        granted = []
+        for n in range(count):
+            case_id = f"{prefix}-{n:05d}"
+            lease = services.lease_grant(
+                tenant=tenant,
+                approver=self.approvers[tenant.slug],
+                case_id=case_id,
+                action=ACTION,
+                expires_at=self.expires,
+                requested_by="support-agent",
+            )
+            granted.append(Case(case_id, lease.lease_id))
+            self.bar.update()
+        return tuple(granted)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def prepare(sizes: Sizes) -> Plan:
+    leases = (
+        sizes.warmup
+        + sizes.effects
+        + sizes.warmup
+        + sizes.profile_effects
+        + 2 * sizes.agents * sizes.per_agent
+    )
+    setup = Setup(leases)
+    try:
+        latency = setup.tenant("latency", "latency: one agent")
+        latency_token = setup.agent_token(latency, "bench-agent")
+        warmup = setup.cases(latency, "warmup", sizes.warmup)
+        latency_cases = setup.cases(latency, "latency", sizes.effects)
+        profile = setup.cases(latency, "profile", sizes.warmup + sizes.profile_effects)
+        shared_tenant = setup.tenant("shared", "throughput: every agent in one tenant")
+        shared = tuple(
+            Agent(
+                shared_tenant.slug,
+                setup.agent_token(shared_tenant, f"bench-agent-{a}"),
+                setup.cases(shared_tenant, f"shared-{a}", sizes.per_agent),
+            )
+            for a in range(sizes.agents)
+        )
+        separate = []
+        for a in range(sizes.agents):
+            own = setup.tenant(f"own-{a}", f"throughput: agent {a} alone")
+            token = setup.agent_token(own, f"bench-agent-{a}")
+            separate.append(Agent(own.slug, token, setup.cases(own, "own", sizes.per_agent)))
+    finally:
+        setup.close()
+    return Plan(
+        latency.slug, latency_token, warmup, latency_cases, profile, shared, tuple(separate)
+    )
+
+
+def log_sizes(slugs: Sequence[str]) -> dict[str, int]:
+    from ledger.selectors import log_head
+    from notary.models import Tenant
+
+    return {
+        tenant.slug: log_head(log=tenant.log).size
+        for tenant in Tenant.objects.select_related("log").filter(slug__in=slugs)
+    }
+
+
+def verify_sample(receipts: Sequence[tuple[str, Receipt]], rng: random.Random) -> int:
+    """Re-derive a sample of receipts from their tenant's whole log, hash chain included."""
+    from gate_client.receipts import ReceiptError, verify_receipt
+    from ledger.selectors import iter_entries
+    from notary.models import Tenant
+
+    sample = rng.sample(list(receipts), min(VERIFY_SAMPLE, len(receipts)))
+    by_tenant: dict[str, list[Receipt]] = {}
+    for slug, receipt in sample:
+        by_tenant.setdefault(slug, []).append(receipt)
+    for slug, chosen in by_tenant.items():
+        log = Tenant.objects.select_related("log").get(slug=slug).log
+        entries = list(iter_entries(log=log))
+        for receipt in chosen:
+            try:
+                verify_receipt(receipt, entries, origin=log.origin)
+            except ReceiptError as exc:
+                raise SystemExit(f"receipt does not follow from the {slug} log: {exc}") from exc
+    return len(sample)
+
+
+def check_growth(
+    before: Mapping[str, int], after: Mapping[str, int], effects: Mapping[str, int]
+) -> None:
+    for slug, count in effects.items():
+        grown = after[slug] - before[slug]
+        if grown != ENTRIES_PER_EFFECT * count:
+            raise SystemExit(
+                f"{slug}: {count} effects committed but its log grew by {grown} entries, "
+                f"not {ENTRIES_PER_EFFECT * count}"
+            )
+
+
+# --- Latency: one agent, one effect after another ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    seconds: list[float]
+    calls: list[list[Call]]  # the requests of each submit
+    receipts: list[Receipt]
+
+
+def submit_all(
+    gate: Gate, transport: TimedTransport, tenant: str, cases: Sequence[Case], desc: str
+) -> Submitted:
+    seconds, calls, receipts = [], [], []
+    for case in tqdm(cases, desc=desc, unit="effect", file=sys.stderr):
+        first = len(transport.calls)
+        started = time.perf_counter()
+        receipt = gate.submit(proposal(tenant, case))
+        seconds.append(time.perf_counter() - started)
+        calls.append(transport.calls[first:])
+        problem = receipt_problem(receipt)
+        if problem is not None:
+            raise SystemExit(f"{desc}: {problem}")
+        receipts.append(receipt)
+    return Submitted(seconds, calls, receipts)
+
+
+def time_direct(target: NoopTarget, cases: Sequence[Case], tenant: str) -> list[float]:
+    """The baseline: the same target object's send, called directly on the same payloads."""
+    proposals = [proposal(tenant, case) for case in cases]
+    seconds = []
+    for effect_id, payload in ((p.effect_id, p.payload) for p in proposals):
+        started = time.perf_counter()
+        target.send(effect_id, payload)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def time_commit(database_url: str, count: int) -> list[float]:
+    """A floor: one durable commit, an entry-sized INSERT in autocommit, straight to PostgreSQL
+    (every write the notary answers waits for at least one)."""
+    body = bytes(300)
+    seconds = []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_commit_floor (id bigserial PRIMARY KEY, body bytea)")
+        insert = "INSERT INTO bench_commit_floor (body) VALUES (%s)"
+        conn.execute(insert, (body,))
+        for _ in tqdm(range(count), desc="INSERT + COMMIT", unit="commit", file=sys.stderr):
+            started = time.perf_counter()
+            conn.execute(insert, (body,))
+            seconds.append(time.perf_counter() - started)
+        conn.execute("DROP TABLE bench_commit_floor")
+    return seconds
+
+
+def time_get(url: str, path: str, token: str, count: int) -> list[float]:
+    """A floor: one GET after another on a kept-alive connection, as the journal's client."""
+    seconds = []
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+        client.get(path).raise_for_status()  # connect before timing
+        for _ in tqdm(range(count), desc=f"GET {path}", unit="request", file=sys.stderr):
+            started = time.perf_counter()
+            client.get(path).raise_for_status()
+            seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+@dataclass(frozen=True)
+class Latency:
+    direct: Stats
+    submit: Stats
+    in_process: Stats
+    healthz: Stats
+    whoami: Stats
+    commit: Stats
+    requests_per_effect: list[int]
+    http: Submitted
+    local: Submitted
+
+
+def bench_latency(url: str, plan: Plan, target: NoopTarget, database_url: str) -> Latency:
+    transport = TimedTransport(httpx.HTTPTransport())
+    with NotaryJournal(url, plan.latency_token, transport=transport) as journal:
+        gate = open_gate(journal, target)
+        submit_all(gate, transport, plan.latency_tenant, plan.warmup, "warm-up (HTTP)")
+        http = submit_all(gate, transport, plan.latency_tenant, plan.latency, "submit (HTTP)")
+    direct = time_direct(target, plan.latency, plan.latency_tenant)
+    count = len(plan.latency)
+    healthz = time_get(url, "/healthz", plan.latency_token, count)
+    whoami = time_get(url, "/v1/whoami", plan.latency_token, count)
+    commit = time_commit(database_url, count)
+
+    from django.core.wsgi import get_wsgi_application
+
+    local_transport = TimedTransport(
+        httpx.WSGITransport(app=get_wsgi_application()), in_process=True
+    )
+    with NotaryJournal(
+        "http://127.0.0.1", plan.latency_token, transport=local_transport
+    ) as journal:
+        gate = open_gate(journal, target)
+        warm = len(plan.warmup)
+        submit_all(
+            gate, local_transport, plan.latency_tenant, plan.profile[:warm], "warm-up (in process)"
+        )
+        local = submit_all(
+            gate, local_transport, plan.latency_tenant, plan.profile[warm:], "submit (in process)"
+        )
+    return Latency(
+        direct=Stats.of(direct),
+        submit=Stats.of(http.seconds),
+        in_process=Stats.of(local.seconds),
+        healthz=Stats.of(healthz),
+        whoami=Stats.of(whoami),
+        commit=Stats.of(commit),
+        requests_per_effect=[len(calls) for calls in http.calls],
+        http=http,
+        local=local,
+    )
+
+
+def latency_table(lat: Latency) -> str:
+    def row(path: str, stats: Stats) -> list[str]:
+        return [
+            path,
+            f"{stats.samples:,}",
+            duration(stats.p50),
+            duration(stats.p99),
+            duration(stats.mean),
+        ]
+
+    overhead = [
+        "overhead: submit - direct",
+        "",
+        duration(lat.submit.p50 - lat.direct.p50),
+        duration(lat.submit.p99 - lat.direct.p99),
+        duration(lat.submit.mean - lat.direct.mean),
+    ]
+    return table(
+        ["path", "samples", "p50", "p99", "mean"],
+        [
+            row("direct no-op call: target.send (baseline)", lat.direct),
+            row("Gate.submit via NotaryJournal, HTTP to gunicorn", lat.submit),
+            overhead,
+            row("Gate.submit in process (WSGITransport, no network)", lat.in_process),
+            row("floor: GET /healthz (HTTP + Django, no DB)", lat.healthz),
+            row("floor: GET /v1/whoami (+ DRF, API-key lookup)", lat.whoami),
+            row("floor: INSERT + COMMIT, psycopg (one durable commit)", lat.commit),
+        ],
+    )
+
+
+def profile_table(lat: Latency) -> str:
+    """Per request type: how often per effect, its time over HTTP and in process, its SQL."""
+    http_by: dict[str, list[float]] = {}
+    for calls in lat.http.calls:
+        for call in calls:
+            http_by.setdefault(call.route, []).append(call.seconds)
+    local_by: dict[str, list[Call]] = {}
+    for calls in lat.local.calls:
+        for call in calls:
+            local_by.setdefault(call.route, []).append(call)
+    effects = len(lat.http.calls)
+    rows = []
+    accounted = 0.0
+    for route, seconds in http_by.items():
+        per_effect = len(seconds) / effects
+        share = per_effect * mean(seconds)
+        accounted += share
+        local = local_by.get(route, [])
+        rows.append(
+            [
+                route,
+                NOTARY_DOES.get(route, ""),
+                f"{per_effect:g}",
+                duration(percentile(seconds, 50)),
+                duration(mean(seconds)),
+                f"{share / lat.submit.mean:.0%}",
+                duration(percentile([c.seconds for c in local], 50)) if local else "",
+                span(sorted({c.queries or 0 for c in local})),
+                duration(mean([c.sql_seconds or 0.0 for c in local])) if local else "",
+            ]
+        )
+    outside = lat.submit.mean - accounted
+    rows.append(
+        [
+            "client side, outside the requests",
+            "gate, JSON, entry hash checks, target.send",
+            "",
+            "",
+            duration(outside),
+            f"{outside / lat.submit.mean:.0%}",
+            "",
+            "",
+            "",
+        ]
+    )
+    local_calls = [call for calls in lat.local.calls for call in calls]
+    local_effects = max(len(lat.local.calls), 1)
+    rows.append(
+        [
+            "one submit",
+            "",
+            f"{statistics.fmean(lat.requests_per_effect):g}",
+            duration(lat.submit.p50),
+            duration(lat.submit.mean),
+            "100%",
+            duration(lat.in_process.p50),
+            f"{sum(c.queries or 0 for c in local_calls) / local_effects:g}",
+            duration(sum(c.sql_seconds or 0.0 for c in local_calls) / local_effects),
+        ]
+    )
+    return table(
+        [
+            "request",
+            "the notary",
+            "per effect",
+            "HTTP p50",
+            "HTTP mean",
+            "share of submit",
+            "in process p50",
+            "SQL statements",
+            "SQL time (mean)",
+        ],
+        rows,
+    )
+
+
+def span(values: Sequence[int]) -> str:
+    if not values:
+        return ""
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
+
+
+# --- Throughput: agent processes started together ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    agent: str
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    tenant: str
+    start: float
+    end: float
+    cpu: float
+    receipts: tuple[Receipt, ...]
+
+
+# What an agent sends back: ready, effects done since its last report, its result, or an error.
+Report = Ready | int | AgentResult | str
+
+
+def agent_main(url: str, agent: Agent, go: Event, results: Queue[Report]) -> None:
+    """An agent process: its own gate and notary journal; submits its cases once told to go."""
+    name = multiprocessing.current_process().name
+    try:
+        with NotaryJournal(url, agent.token) as journal:
+            gate = open_gate(journal, NoopTarget())
+            proposals = [proposal(agent.tenant, case) for case in agent.cases]
+            results.put(Ready(name))
+            if not go.wait(START_TIMEOUT):
+                raise TimeoutError("no start signal")
+            cpu = time.process_time()
+            start = time.time()
+            receipts = []
+            for n, proposed in enumerate(proposals, 1):
+                receipts.append(gate.submit(proposed))
+                if n % TICK == 0:
+                    results.put(TICK)
+            end = time.time()
+            results.put(len(proposals) % TICK)
+            cpu = time.process_time() - cpu
+        results.put(AgentResult(agent.tenant, start, end, cpu, tuple(receipts)))
+    except Exception as exc:
+        results.put(f"{name}: {exc!r}")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    label: str
+    agents: int
+    effects: int
+    entries: int
+    seconds: float
+    agents_cpu: float
+    server_cpu: float | None
+    database_cpu: float | None
+
+    @property
+    def per_second(self) -> float:
+        return self.effects / self.seconds
+
+
+def run_agents(
+    url: str, agents: Sequence[Agent], label: str, database_url: str, rng: random.Random
+) -> tuple[Throughput, int]:
+    """Start every agent, wait until all are ready, then let them go at once; check each
+    receipt, the logs' growth and a verified sample. Returns the figures and the sample size."""
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    results: Queue[Report] = context.Queue()
+    processes = [
+        context.Process(
+            target=agent_main, args=(url, agent, go, results), name=f"agent-{n}", daemon=True
+        )
+        for n, agent in enumerate(agents)
+    ]
+    progress(f"{label}: starting {len(agents)} agent processes")
+    for process in processes:
+        process.start()
+    finished: list[AgentResult] = []
+    try:
+        collect(results, len(agents), lambda report: isinstance(report, Ready))
+        slugs = sorted({agent.tenant for agent in agents})
+        before = log_sizes(slugs)
+        cpu_before = server_cpu(database_url)
+        go.set()
+        total = sum(len(agent.cases) for agent in agents)
+        with tqdm(total=total, desc=label, unit="effect", file=sys.stderr) as bar:
+
+            def done(report: Report) -> bool:
+                if isinstance(report, int):
+                    bar.update(report)
+                    return False
+                if isinstance(report, AgentResult):
+                    finished.append(report)
+                    return True
+                return False
+
+            collect(results, len(agents), done)
+        cpu_after = server_cpu(database_url)
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
+    receipts = [(r.tenant, receipt) for r in finished for receipt in r.receipts]
+    problems = [p for _, receipt in receipts if (p := receipt_problem(receipt)) is not None]
+    if problems:
+        raise SystemExit(
+            f"{label}: {len(problems)} submits did not commit:\n" + "\n".join(problems[:10])
+        )
+    per_tenant: dict[str, int] = {}
+    for slug, _ in receipts:
+        per_tenant[slug] = per_tenant.get(slug, 0) + 1
+    after = log_sizes(slugs)
+    check_growth(before, after, per_tenant)
+    verified = verify_sample(receipts, rng)
+    return (
+        Throughput(
+            label=label,
+            agents=len(agents),
+            effects=len(receipts),
+            entries=sum(after[slug] - before[slug] for slug in slugs),
+            seconds=max(r.end for r in finished) - min(r.start for r in finished),
+            agents_cpu=sum(r.cpu for r in finished),
+            server_cpu=_delta(cpu_before[0], cpu_after[0]),
+            database_cpu=_delta(cpu_before[1], cpu_after[1]),
+        ),
+        verified,
+    )
+
+
+def collect(results: Queue[Report], count: int, accept: Callable[[Report], bool]) -> None:
+    """Read reports until `count` were accepted; an error or a silence aborts the run."""
+    accepted = 0
+    while accepted < count:
+        try:
+            report = results.get(timeout=START_TIMEOUT)
+        except queue.Empty as exc:
+            raise SystemExit("an agent process stopped answering") from exc
+        if isinstance(report, str):
+            raise SystemExit(f"agent failed: {report}")
+        if accept(report):
+            accepted += 1
+
+
+# --- CPU seconds from /proc (Linux) -----------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()
+
+
+def _cpu(pid: int) -> float | None:
+    fields = _stat(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def server_cpu(database_url: str) -> tuple[dict[int, float], dict[int, float]]:
+    """CPU seconds so far of the gunicorn processes this run started, and of the PostgreSQL
+    backends connected to the bench database (when the server runs on this machine)."""
+    gunicorn = {
+        pid: cpu
+        for pid in _descendants(os.getpid())
+        if "gunicorn" in _cmdline(pid) and (cpu := _cpu(pid)) is not None
+    }
+    name = str(conninfo_to_dict(database_url).get("dbname", ""))
+    with psycopg.connect(database_url) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+        ]
+    backends = {pid: cpu for pid in pids if (cpu := _cpu(pid)) is not None}
+    return gunicorn, backends
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _delta(before: Mapping[int, float], after: Mapping[int, float]) -> float | None:
+    """CPU spent between two samples by the processes alive at the second (a process that
+    appeared meanwhile counts from zero); None if none could be read."""
+    if not after:
+        return None
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) -> str:
+    one_agent = 1 / lat.submit.mean  # effects/s of one agent submitting one after another
+    rows = [
+        [
+            run.label,
+            str(run.agents),
+            f"{run.effects:,}",
+            f"{run.seconds:.2f}",
+            f"{run.per_second:,.0f}",
+            f"{run.entries / run.seconds:,.0f}",
+            f"{run.per_second * requests:,.0f}",
+            f"{run.per_second / one_agent:.2f}",
+        ]
+        for run in runs
+    ]
+    return table(
+        [
+            "tenancy",
+            "agents",
+            "effects",
+            "seconds",
+            "effects/s",
+            "ledger entries/s",
+            "HTTP requests/s",
+            "x one agent",
+        ],
+        rows,
+    )
+
+
+def cpu_table(runs: Sequence[Throughput]) -> str:
+    """CPU per effect by process group, and the rate this machine's cores could sustain at
+    that cost if nothing else ran (agents included, as they share the machine here)."""
+    cores = os.cpu_count() or 1
+
+    def per_effect(run: Throughput, cpu: float | None) -> str:
+        return "n/a" if cpu is None else f"{cpu / run.effects * 1e3:.1f}"
+
+    rows = []
+    for run in runs:
+        used = run.agents_cpu + (run.server_cpu or 0.0) + (run.database_cpu or 0.0)
+        rows.append(
+            [
+                run.label,
+                per_effect(run, run.agents_cpu),
+                per_effect(run, run.server_cpu),
+                per_effect(run, run.database_cpu),
+                per_effect(run, used),
+                f"{used / run.seconds:.2f} of {cores}",
+                f"{cores * run.effects / used:,.0f}",
+            ]
+        )
+    return table(
+        [
+            "tenancy",
+            "agents CPU ms/effect",
+            "gunicorn CPU ms/effect",
+            "PostgreSQL CPU ms/effect",
+            "total CPU ms/effect",
+            "cores busy",
+            "CPU-bound ceiling, effects/s",
+        ],
+        rows,
+    )
+
+
+def goals_table(lat: Latency, runs: Sequence[Throughput]) -> tuple[str, list[str]]:
+    overhead_ms = (lat.submit.p50 - lat.direct.p50) * 1e3
+    rows = [
+        [
+            f"p50 overhead per effect <= {GOAL_P50_OVERHEAD_MS:g} ms",
+            f"{overhead_ms:.2f} ms",
+            "met" if overhead_ms <= GOAL_P50_OVERHEAD_MS else "NOT met",
+        ]
+    ]
+    for run in runs:
+        rows.append(
+            [
+                f">= {GOAL_EFFECTS_PER_SECOND:g} effects/s, {run.label}",
+                f"{run.per_second:,.0f} effects/s",
+                "met" if run.per_second >= GOAL_EFFECTS_PER_SECOND else "NOT met",
+            ]
+        )
+    plain = [f"{goal}: {verdict} ({measured})" for goal, measured, verdict in rows]
+    return table(["goal", "measured", "verdict"], rows), plain
+
+
+# --- Entry point ------------------------------------------------------------------------------
+
+
+@contextmanager
+def bench_database(database_url: str, keep: bool) -> Iterator[None]:
+    progress(f"recreating {conninfo_to_dict(database_url).get('dbname')} and migrating")
+    recreate_database(database_url)
+    try:
+        yield
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if keep:
+            progress("keeping the database (--keep)")
+        else:
+            progress("dropping the database")
+            drop_database(database_url)
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a few effects")
+    parser.add_argument("--effects", type=int, help="sequential submits timed (default 500)")
+    parser.add_argument("--per-agent", type=int, help="effects per agent process (default 200)")
+    parser.add_argument("--agents", type=int, help="concurrent agent processes (default 8)")
+    parser.add_argument(
+        "--profile-effects", type=int, help="submits timed in process (default 100)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    parser.add_argument(
+        "--threads", type=int, default=8, help="threads per gunicorn worker (default 8)"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="the bench database, dropped and recreated (default: BENCH_DATABASE_URL or "
+        f"{DEFAULT_DATABASE_URL})",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database at the end")
+    args = parser.parse_args(argv)
+    base = PROFILES["quick" if args.quick else "default"]
+    sizes = Sizes(
+        effects=args.effects or base.effects,
+        per_agent=args.per_agent or base.per_agent,
+        agents=args.agents or base.agents,
+        warmup=base.warmup,
+        profile_effects=args.profile_effects or base.profile_effects,
+    )
+    return args, sizes
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args, sizes = parse_args(argv)
+    started = time.perf_counter()
+    load_at_start = os.getloadavg()[0]
+    rng = random.Random(SEED)
+    # The in-process profile keeps the cache and Celery in this process, as the served notary
+    # does (running_notary drops REDIS_URL too).
+    os.environ.pop("REDIS_URL", None)
+    with bench_database(args.database_url, args.keep):
+        setup_django(args.database_url)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        plan = prepare(sizes)
+        target = NoopTarget()
+        with tempfile.TemporaryDirectory(prefix="bench_notary_") as tmp:
+            var_dir = Path(tmp)
+            progress(f"starting gunicorn: {args.workers} workers x {args.threads} threads")
+            try:
+                with running_notary(
+                    args.database_url, var_dir, workers=args.workers, threads=args.threads
+                ) as url:
+                    before = log_sizes([plan.latency_tenant])
+                    lat = bench_latency(url, plan, target, args.database_url)
+                    latency_submits = len(plan.warmup) + len(plan.latency) + len(plan.profile)
+                    check_growth(
+                        before,
+                        log_sizes([plan.latency_tenant]),
+                        {plan.latency_tenant: latency_submits},
+                    )
+                    verified = verify_sample(
+                        [(plan.latency_tenant, r) for r in lat.http.receipts + lat.local.receipts],
+                        rng,
+                    )
+                    runs = []
+                    for label, agents in (
+                        ("(a) one tenant", plan.shared),
+                        (f"(b) {sizes.agents} tenants", plan.separate),
+                    ):
+                        run, sample = run_agents(url, agents, label, args.database_url, rng)
+                        runs.append(run)
+                        verified += sample
+                environment_rows = environment(args.database_url, load_at_start)
+            except BaseException:
+                log = var_dir / "gunicorn.log"
+                if log.exists():
+                    tail = log.read_text(errors="replace").splitlines()[-30:]
+                    print("gunicorn.log, last lines:\n" + "\n".join(tail), file=sys.stderr)
+                raise
+
+    requests = statistics.fmean(lat.requests_per_effect)
+    low, high = min(lat.requests_per_effect), max(lat.requests_per_effect)
+    submits = 2 * sizes.warmup + len(lat.http.receipts) + len(lat.local.receipts)
+    submits += sum(run.effects for run in runs)
+    goals, verdicts = goals_table(lat, runs)
+
+    print("## Environment\n")
+    print(
+        table(
+            ["setting", "value"],
+            [
+                *environment_rows,
+                ["gunicorn", f"{args.workers} workers x {args.threads} threads (gthread)"],
+                ["target", "tier 1, no-op (send returns Sent at once), one premise that holds"],
+            ],
+        )
+    )
+    print(f"\n## Latency: one agent, {sizes.effects:,} effects one after another\n")
+    print(latency_table(lat))
+    print(
+        f"\nHTTP requests per effect: {low if low == high else f'{low}-{high}'} "
+        f"(counted on the journal's transport; {sizes.warmup} warm-up effects not timed). "
+        "Overhead = submit - direct at the same percentile."
+    )
+    print("\n## Where one submit's time goes (client side)\n")
+    print(profile_table(lat))
+    print(
+        "\nHTTP p50/mean: the request from the journal's client to its last body byte over "
+        f"loopback; in process: the same request through httpx.WSGITransport "
+        f"({sizes.profile_effects} submits), with the SQL statements it ran and their execution "
+        "time (commits not included). share = per effect x HTTP mean / submit mean."
+    )
+    print(
+        f"\n## Throughput: {sizes.agents} agent processes x {sizes.per_agent} effects, "
+        "started together\n"
+    )
+    print(throughput_table(runs, lat, requests))
+    print(
+        "\neffects/s = effects / (last agent's end - first agent's start); x one agent = "
+        "effects/s over one agent's sequential rate (1 / mean submit above); HTTP requests/s "
+        f"= effects/s x {requests:g}.\n"
+    )
+    print(cpu_table(runs))
+    print(
+        "\nCPU during each run (from /proc): the agent processes, the gunicorn master and "
+        "workers, and the PostgreSQL backends connected to the bench database (n/a if not "
+        "readable; PostgreSQL's own background writers are not counted). Ceiling = cores / total "
+        "CPU per effect."
+    )
+    print("\n## Goals\n")
+    print(goals)
+    print()
+    for verdict in verdicts:
+        print(f"- {verdict}")
+    print(
+        f"\nCorrectness: all {submits:,} submits (warm-ups included) ended COMMITTED, "
+        "authorized when fired, premises held; every log grew by exactly "
+        f"{ENTRIES_PER_EFFECT} entries per effect; {verified} receipts re-derived from their "
+        "whole log with verify_receipt."
+    )
+    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()
