@@ -110,6 +110,7 @@ class NoopTarget:
     queryable = True
     key_window: timedelta | None = timedelta(hours=24)
     max_inflight = timedelta(seconds=30)
+    evidence_window: timedelta | None = None
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> Sent:
         return Sent(f"noop:{effect_id}")

@@ -124,8 +124,10 @@ class Gate:
             and self.clock() - dispatches[0].created_at >= target.key_window
         ):
             tier = Tier.NEITHER  # the key is forgotten: a resend could act twice
-        if tier == Tier.NEITHER:
+        if tier == Tier.NEITHER and target.evidence_window is None:
             return self._ambiguous(effect_id, {"reason": "tier 3: nothing to ask, never resend"})
+        if tier == Tier.NEITHER:
+            return self._recover_on_evidence(effect_id, proposed, target, premises, attempt)
         if tier == Tier.DEDUPES:
             failure, results = self._recheck(proposed, premises)
             if failure is None:
@@ -142,6 +144,31 @@ class Gate:
         if failure is None:
             return self._resend(effect_id, proposed, target, attempt + 1, results)
         return self._refuse_at_recovery(effect_id, failure, "not_found")
+
+    def _recover_on_evidence(
+        self,
+        effect_id: str,
+        proposed: Mapping[str, Any],
+        target: Target,
+        premises: Sequence[Premise],
+        attempt: int,
+    ) -> Receipt:
+        """Tier 3 lifted to tier 2 by the notary's evidence. Found: it happened. Not seen before
+        the window closes: AMBIGUOUS, which later evidence still settles. Not seen by then, or
+        seen not done: it counts as not sent, so re-check and resend, the assumption stated."""
+        answer = self.journal.evidence(effect_id)
+        if isinstance(answer, Found):
+            found = {"evidence": "found"}
+            return self._commit(
+                effect_id, attempt, "COMMITTED_ON_EVIDENCE", answer.result_ref, found
+            )
+        if isinstance(answer, Unknown):
+            return self._ambiguous(effect_id, {"evidence": "none yet", "detail": answer.reason})
+        failure, results = self._recheck(proposed, premises)
+        if failure is None:
+            assumed = {"evidence": "not seen within the evidence window: taken as not sent"}
+            return self._resend(effect_id, proposed, target, attempt + 1, results, assumed)
+        return self._refuse_at_recovery(effect_id, failure, "not_seen")
 
     def _recheck(
         self, proposed: Mapping[str, Any], premises: Sequence[Premise]
@@ -221,8 +248,10 @@ class Gate:
         target: Target,
         attempt: int,
         results: list[dict[str, Any]],
+        assumed: Mapping[str, Any] | None = None,
     ) -> Receipt:
-        """A resend after a dispatch that may have acted, just re-checked."""
+        """A resend after a dispatch that may have acted, just re-checked; `assumed` is what
+        the resend takes for granted, stated on the receipt."""
         try:
             self.journal.dispatch(
                 DispatchRequest.of_proposal(effect_id, proposed, attempt, results, True)
@@ -233,7 +262,7 @@ class Gate:
             return self._ask_then_settle(effect_id, target, failure)
         except AttemptTaken:
             return self._receipt(effect_id)
-        return self._send(effect_id, proposed, target, attempt, results, True)
+        return self._send(effect_id, proposed, target, attempt, results, True, assumed)
 
     def _send(
         self,
@@ -243,6 +272,7 @@ class Gate:
         attempt: int,
         results: list[dict[str, Any]],
         recovering: bool,
+        assumed: Mapping[str, Any] | None = None,
     ) -> Receipt:
         crash_point(CrashPoint.AFTER_DISPATCHED)
         try:
@@ -254,7 +284,7 @@ class Gate:
         crash_point(CrashPoint.AFTER_RESPONSE)
         if isinstance(outcome, Sent):
             state = "COMMITTED_BY_RETRY" if attempt > 1 else "COMMITTED"
-            recheck = {"premises": results} if recovering else None
+            recheck = {"premises": results, **(assumed or {})} if recovering else None
             return self._commit(effect_id, attempt, state, outcome.result_ref, recheck)
         body = {"attempt": attempt, "code": outcome.code}
         return self._record(effect_id, EntryKind.FAILED, body)

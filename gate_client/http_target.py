@@ -43,6 +43,7 @@ class HttpTarget:
     key_window: timedelta | None
     max_inflight: timedelta
     timeout_seconds: float = 5.0
+    evidence_window: timedelta | None = None
 
     def __post_init__(self) -> None:
         # A request is in flight until its timeout; declaring less would let a lookup's

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
+from gate_client.targets import Found, NotFound, Unknown
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import (
     Entry,
@@ -164,6 +165,12 @@ class Journal(Protocol):
 
     def lease_state(self, lease_id: str) -> LeaseState | None: ...
 
+    def evidence(self, effect_id: str) -> Found | NotFound | Unknown:
+        """What evidence held with the journal says of the effect: Found (it was done), NotFound
+        (evidence it was not, or none within the target's evidence window since the last
+        dispatch), Unknown (nothing conclusive yet, or a journal that holds no evidence)."""
+        ...
+
 
 def last_attempt(history: list[Entry]) -> int:
     return max(
@@ -243,6 +250,9 @@ class LocalJournal:
     def lease_state(self, lease_id: str) -> LeaseState | None:
         with self._locked():
             return lease_states(self._entries).get(lease_id)
+
+    def evidence(self, effect_id: str) -> Unknown:
+        return Unknown("a local journal holds no evidence: no webhooks reach it")
 
     # --- writing ---------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import httpx
 
 from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
 from gate_client.leases import Lease, LeaseState
+from gate_client.targets import Found, NotFound, Unknown
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -174,6 +175,14 @@ class NotaryJournal:
         if revoked_at is None:
             return LeaseState(lease)
         return LeaseState(lease, _timestamp(revoked_at), shown["revoked_by"])
+
+    def evidence(self, effect_id: str) -> Found | NotFound | Unknown:
+        shown = self._call("GET", f"/v1/effects/{effect_id}/evidence")
+        if shown["answer"] == "found":
+            return Found(shown["result_ref"])
+        if shown["answer"] == "not_found":
+            return NotFound()
+        return Unknown(shown["reason"])
 
     def _effect(self, effect_id: str) -> dict[str, Any] | None:
         try:

@@ -58,6 +58,10 @@ class Target(Protocol):
     queryable: bool
     key_window: timedelta | None  # how long the target dedupes on a key; None: not at all
     max_inflight: timedelta  # the longest a request may still be in flight
+    # Set when the notary holds this target's evidence (its delivery webhooks, a service's
+    # attestations): recovery asks the journal instead of giving up at tier 3. The notary's own
+    # declaration of the window decides when "not seen" means "not sent".
+    evidence_window: timedelta | None
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome: ...
 

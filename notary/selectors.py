@@ -10,6 +10,7 @@ from rest_framework.exceptions import NotFound
 
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from ledger.core.entries import Entry as LedgerEntry
+from ledger.core.entries import EntryKind
 from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
 from notary.models import ApiKey, Effect, Lease, Target, Tenant
 from notary.services import TOKEN_PREFIX, NotaryNotFound, secret_digest
@@ -120,3 +121,39 @@ def effects_due_for_sweep(*, now: datetime) -> list[tuple[int, str]]:
         if window is not None and dispatched_at is not None and dispatched_at + window <= now:
             due.append((tenant_id, effect_id))
     return due
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the notary's evidence says of one effect, for a gate recovering it."""
+
+    answer: str  # "found", "not_found" or "unknown"
+    reason: str
+    result_ref: str = ""
+    evidence_seq: int | None = None
+    window_ends_at: datetime | None = None
+
+
+def effect_evidence(*, tenant: Tenant, effect_id: str, now: datetime) -> Evidence:
+    """Found on evidence it was done; not found on evidence it was not, or when the target's
+    evidence window has closed since the last dispatch with nothing seen; unknown before."""
+    effect = effect_get(tenant=tenant, effect_id=effect_id)
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    observed = [e for e in history if e.kind == EntryKind.OBSERVED]
+    for outcome, answer in (("performed", "found"), ("not_performed", "not_found")):
+        seen = next((e for e in observed if e.body_value().get("outcome") == outcome), None)
+        if seen is not None:
+            body = seen.body_value()
+            reason = f"{body.get('source', 'evidence')} {body.get('type', '')}".strip()
+            return Evidence(answer, reason, str(body.get("result_ref") or ""), seen.seq)
+    target = Target.objects.filter(tenant=tenant, name=effect.target).first()
+    if target is None or target.evidence_window is None:
+        return Evidence("unknown", "the target declares no evidence window")
+    if effect.dispatched_at is None:
+        return Evidence("unknown", "never dispatched")
+    ends = effect.dispatched_at + target.evidence_window
+    if now < ends:
+        return Evidence(
+            "unknown", "nothing seen yet; the evidence window is open", window_ends_at=ends
+        )
+    return Evidence("not_found", "nothing seen within the evidence window", window_ends_at=ends)

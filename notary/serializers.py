@@ -185,3 +185,11 @@ class AttestationOutput(serializers.Serializer):  # type: ignore[type-arg]
         help_text="committed_on_evidence, failed_on_evidence, or recorded (nothing to settle)"
     )
     entry = EntryOutput()
+
+
+class EvidenceOutput(serializers.Serializer):  # type: ignore[type-arg]
+    answer = serializers.ChoiceField(choices=["found", "not_found", "unknown"])
+    reason = serializers.CharField()
+    result_ref = serializers.CharField(allow_blank=True)
+    evidence_seq = serializers.IntegerField(allow_null=True)
+    window_ends_at = serializers.DateTimeField(allow_null=True)

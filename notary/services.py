@@ -231,7 +231,9 @@ PROPOSAL_KEYS = frozenset(
 AGENT_OUTCOME_KINDS = frozenset(
     {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.REFUSED}
 )
-AGENT_COMMIT_STATES = frozenset({"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY"})
+AGENT_COMMIT_STATES = frozenset(
+    {"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY", "COMMITTED_ON_EVIDENCE"}
+)
 
 
 @dataclass(frozen=True)
@@ -352,6 +354,11 @@ def effect_record_outcome(
             return standing, False, history
     if "attempt" in body and body["attempt"] not in _attempts(history):
         raise NotaryInputError(f"{kind} names attempt {body['attempt']}, which was never made")
+    if body.get("state") == "COMMITTED_ON_EVIDENCE" and not any(
+        e.kind == EntryKind.OBSERVED and e.body_value().get("outcome") == "performed"
+        for e in history
+    ):
+        raise NotaryInputError("COMMITTED_ON_EVIDENCE, but no evidence says it was performed")
     entry = append_entry(
         log=tenant.log, kind=kind, body=dict(body), effect_id=effect_id
     ).as_ledger_entry()

@@ -9,6 +9,7 @@ from notary.views import (
     AttestationView,
     EffectDetailView,
     EffectDispatchView,
+    EffectEvidenceView,
     EffectOutcomeView,
     EffectProposeView,
     EffectReceiptView,
@@ -68,6 +69,9 @@ urlpatterns = [
     ),
     path("v1/effects/<id:effect_id>/outcome", EffectOutcomeView.as_view(), name="effect-outcome"),
     path("v1/effects/<id:effect_id>/receipt", EffectReceiptView.as_view(), name="effect-receipt"),
+    path(
+        "v1/effects/<id:effect_id>/evidence", EffectEvidenceView.as_view(), name="effect-evidence"
+    ),
     path(
         "v1/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

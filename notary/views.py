@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,6 +20,7 @@ from notary.serializers import (
     EffectOutput,
     EffectProposeInput,
     EntryOutput,
+    EvidenceOutput,
     LeaseGrantInput,
     LeaseOutput,
     LeaseRevokeInput,
@@ -225,3 +227,14 @@ class AttestationView(APIView):
             tenant=principal.tenant, by=principal.api_key.holder, **given.validated_data
         )
         return Response(AttestationOutput({"settled": settled, "entry": entry}).data, status=201)
+
+
+class EffectEvidenceView(APIView):
+    permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
+
+    @extend_schema(responses=EvidenceOutput)
+    def get(self, request: Request, effect_id: str) -> Response:
+        evidence = selectors.effect_evidence(
+            tenant=_principal(request).tenant, effect_id=effect_id, now=timezone.now()
+        )
+        return Response(EvidenceOutput(evidence).data)

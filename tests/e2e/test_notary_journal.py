@@ -1,8 +1,10 @@
 """NotaryJournal against a live notary (gunicorn, the test PostgreSQL database): the common path
-takes two requests per effect, and with the notary unreachable nothing is sent."""
+takes two requests per effect; with the notary unreachable nothing is sent; and a tier-3 target
+whose evidence the notary holds is recovered as tier 2."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -13,11 +15,11 @@ import pytest
 from django.utils import timezone
 
 from gate_client.gate import Gate
-from gate_client.journal import JournalError
+from gate_client.journal import DispatchRequest, JournalError
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import verify_receipt
-from gate_client.targets import Found, LookupOutcome, SendOutcome, Sent, Tier
+from gate_client.targets import Found, InDoubt, LookupOutcome, SendOutcome, Sent, Tier
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Lease, Tenant
@@ -25,6 +27,7 @@ from tests.conftest import child_database_url
 from tests.notary_server import free_port, running_notary
 
 pytestmark = pytest.mark.slow
+EVIDENCE_WINDOW = timedelta(milliseconds=500)
 
 
 class NoOpTarget:
@@ -33,6 +36,7 @@ class NoOpTarget:
     queryable = True
     key_window = timedelta(hours=24)
     max_inflight = timedelta(seconds=1)
+    evidence_window: timedelta | None = None
 
     def __init__(self) -> None:
         self.sent: list[str] = []
@@ -118,3 +122,95 @@ def test_with_the_notary_unreachable_nothing_is_sent(transactional_db: None) -> 
         with pytest.raises(JournalError, match="notary unreachable"):
             gate.submit(proposal(tenant, lease))
     assert target.sent == []
+
+
+class Mailer(NoOpTarget):
+    """Tier 3 (no key, no lookup) whose delivery evidence the notary holds."""
+
+    name = "mail"
+    tier = Tier.NEITHER
+    queryable = False
+    key_window = None
+    evidence_window = EVIDENCE_WINDOW
+
+    def __init__(self, *, lose_answer: bool = False) -> None:
+        super().__init__()
+        self.lose_answer = lose_answer
+
+    def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
+        sent = super().send(effect_id, payload)
+        if self.lose_answer:
+            raise InDoubt("the answer was lost on the wire")
+        return sent
+
+
+def mail_tenant() -> tuple[Tenant, str, str, Lease]:
+    tenant, token, lease = setup_tenant()
+    services.target_register(
+        tenant=tenant,
+        name="mail",
+        tier=3,
+        queryable=False,
+        max_inflight=timedelta(milliseconds=100),
+        evidence_window=EVIDENCE_WINDOW,
+    )
+    _, service_token = services.api_key_issue(tenant=tenant, role="service", holder="mailer")
+    return tenant, token, service_token, lease
+
+
+def mail(tenant: Tenant, lease: Lease) -> Proposal:
+    return Proposal(
+        case_id="case_1",
+        target="mail",
+        action="refund",
+        payload={"to": "customer@example.com"},
+        lease_id=lease.lease_id,
+        tenant=tenant.slug,
+    )
+
+
+def test_tier_3_is_ambiguous_until_the_notary_sees_evidence_then_settled_without_a_person(
+    notary_url: str,
+) -> None:
+    tenant, token, service_token, lease = mail_tenant()
+    target = Mailer(lose_answer=True)
+    with NotaryJournal(notary_url, token) as journal:
+        gate = Gate(journal, {"mail": target})
+        receipt = gate.submit(mail(tenant, lease))
+        assert receipt.final_state == "AMBIGUOUS"  # the window is open and nothing was seen
+        assert receipt.recheck_at_recovery is not None
+        assert receipt.recheck_at_recovery["evidence"] == "none yet"
+        attested = httpx.post(
+            f"{notary_url}/v1/attestations",
+            json={"effect_id": receipt.effect_id, "performed": True, "reference": "msg_1"},
+            headers={"Authorization": f"Bearer {service_token}"},
+        )
+        assert attested.json()["settled"] == "committed_on_evidence"
+        settled = gate.submit(mail(tenant, lease))  # asking again sends nothing
+    assert settled.final_state == "COMMITTED_ON_EVIDENCE"
+    assert settled.happened is True
+    assert target.sent == [receipt.effect_id]
+    verify_receipt(settled, iter_entries(log=tenant.log), origin=tenant.log.origin)
+
+
+def test_not_seen_within_the_window_counts_as_not_sent_and_is_resent(notary_url: str) -> None:
+    tenant, token, _, lease = mail_tenant()
+    proposal = mail(tenant, lease)
+    with NotaryJournal(notary_url, token) as journal:
+        request = DispatchRequest.of_proposal(
+            proposal.effect_id, proposal.proposed_body([]), 1, [], False
+        )
+        started = journal.propose_and_dispatch(
+            effect_id=proposal.effect_id, body=proposal.proposed_body([]), request=request
+        )
+        assert started is not None and started[1] is not None  # dispatched; then the agent died
+        time.sleep(EVIDENCE_WINDOW.total_seconds() + 0.1)
+        target = Mailer()
+        [receipt] = Gate(journal, {"mail": target}).recover()
+    assert receipt.final_state == "COMMITTED_BY_RETRY"
+    assert receipt.recheck_at_recovery == {
+        "premises": [],
+        "evidence": "not seen within the evidence window: taken as not sent",
+    }
+    assert target.sent == [proposal.effect_id]
+    verify_receipt(receipt, iter_entries(log=tenant.log), origin=tenant.log.origin)

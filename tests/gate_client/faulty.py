@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from gate_client.journal import DispatchRequest, LocalJournal
 from gate_client.leases import Lease, LeaseState
 from gate_client.proposal import Premise, PremiseResult
-from gate_client.targets import InDoubt, LookupOutcome, SendOutcome
+from gate_client.targets import Found, InDoubt, LookupOutcome, NotFound, SendOutcome, Unknown
 from ledger.core.entries import Entry, EntryKind
 from tests.gate_client.world import ServiceTarget, SimulatedCrash
 
@@ -135,6 +135,10 @@ class FaultyJournal:
     def unsettled(self) -> list[str]:
         return self.calls.call("journal.unsettled", self.inner.unsettled, _disk_full)
 
+    def evidence(self, effect_id: str) -> Found | NotFound | Unknown:
+        action = partial(self.inner.evidence, effect_id)
+        return self.calls.call("journal.evidence", action, _disk_full)
+
     def grant_lease(self, lease: Lease) -> Entry:
         action = partial(self.inner.grant_lease, lease)
         return self.calls.call("journal.grant_lease", action, _disk_full)
@@ -172,6 +176,7 @@ class FaultyTarget:
         self.queryable = inner.queryable
         self.key_window = inner.key_window
         self.max_inflight = inner.max_inflight
+        self.evidence_window = inner.evidence_window
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         journal = LocalJournal(self.journal_path)

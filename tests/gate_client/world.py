@@ -34,6 +34,7 @@ class ServiceTarget:
     queryable: bool = True
     key_window: timedelta | None = timedelta(hours=24)
     max_inflight: timedelta = timedelta(seconds=5)
+    evidence_window: timedelta | None = None
     dedupes: bool = True
     # Ground truth: every time the service really acted, with the key it was sent under.
     acted: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)

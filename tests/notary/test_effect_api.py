@@ -292,7 +292,9 @@ def test_bad_requests_at_every_effect_endpoint_are_4xx_and_write_nothing(agent: 
         agent.outcome(effect_id, "RESOLVED", happened=True),
         agent.outcome(effect_id, "OBSERVED"),
         agent.outcome(effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="r"),
-        agent.outcome(effect_id, "COMMITTED", state="COMMITTED_ON_EVIDENCE", attempt=1),
+        agent.outcome(
+            effect_id, "COMMITTED", state="COMMITTED_ON_EVIDENCE", attempt=1, result_ref="r"
+        ),
         agent.outcome(effect_id, "FAILED", attempt="1", code="x"),
         agent.outcome(effect_id, "REFUSED"),
         agent.outcome("eff_nope", "AMBIGUOUS"),
