@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-from django.utils import timezone
 
 from gate_client.gate import Gate
 from gate_client.journal import DispatchRequest, JournalError
@@ -24,6 +23,7 @@ from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Lease, Tenant
 from tests.conftest import child_database_url
+from tests.notary.effects import leased
 from tests.notary_server import free_port, running_notary
 
 pytestmark = pytest.mark.slow
@@ -71,16 +71,7 @@ def setup_tenant() -> tuple[Tenant, str, Lease]:
         tenant=tenant, name="noop", tier=1, queryable=True, max_inflight=timedelta(seconds=1)
     )
     _, token = services.api_key_issue(tenant=tenant, role="agent", holder="bot")
-    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
-    lease = services.lease_grant(
-        tenant=tenant,
-        approver=approver,
-        case_id="case_1",
-        action="refund",
-        expires_at=timezone.now() + timedelta(hours=1),
-        requested_by="bot",
-    )
-    return tenant, token, lease
+    return tenant, token, leased(tenant, "case_1", "refund")
 
 
 def proposal(tenant: Tenant, lease: Lease) -> Proposal:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from gate_client.proposal import Proposal
 from notary import services
-from notary.models import Target, Tenant
+from notary.models import Lease, Target, Tenant
 
 INSTANT = timedelta(milliseconds=1)
 
@@ -35,17 +35,22 @@ def register(
     )
 
 
-def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
-    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+def leased(tenant: Tenant, case_id: str, action: str, *, requested_by: str = "bot") -> Lease:
+    """A lease on `action` for `case_id`, an hour long, granted by a new approver key."""
     approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
-    lease = services.lease_grant(
+    return services.lease_grant(
         tenant=tenant,
         approver=approver,
         case_id=case_id,
-        action="email",
+        action=action,
         expires_at=timezone.now() + timedelta(hours=1),
-        requested_by="mail-bot",
+        requested_by=requested_by,
     )
+
+
+def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
+    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+    lease = leased(tenant, case_id, "email", requested_by="mail-bot")
     proposal = Proposal(
         case_id=case_id,
         target=target,

@@ -88,16 +88,7 @@ class Desk:
             lease_id=lease_id,
             tenant=self.tenant.slug,
         )
-        body = {
-            "case_id": proposal.case_id,
-            "target": proposal.target,
-            "action": proposal.action,
-            "tenant": proposal.tenant,
-            "lease_id": proposal.lease_id,
-            "payload": dict(proposal.payload),
-            "payload_hash": proposal.payload_hash,
-            "premises": PREMISES,
-        }
+        body = proposal.proposed_body(PREMISES)
         return proposal.effect_id, body
 
     def propose(self, case_id: str) -> tuple[str, str]:

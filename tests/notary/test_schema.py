@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import schemathesis
 from django.core.signals import got_request_exception
-from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
@@ -29,6 +28,7 @@ from gate_client.proposal import Proposal
 from notary import services
 from notary.models import Tenant
 from notary.wsgi import application
+from tests.notary.effects import leased
 
 # Committed rows, not a test transaction: a request that breaks its transaction must not turn
 # every later request into a 500.
@@ -63,18 +63,9 @@ class Fixture:
 
 def proposed_body(proposal: Proposal, *observed: Any) -> dict[str, Any]:
     """The PROPOSED body the gate writes, with one holding premise per observation."""
-    return {
-        "case_id": proposal.case_id,
-        "target": proposal.target,
-        "action": proposal.action,
-        "tenant": proposal.tenant,
-        "lease_id": proposal.lease_id,
-        "payload": dict(proposal.payload),
-        "payload_hash": proposal.payload_hash,
-        "premises": [
-            {"name": f"p{n}", "holds": True, "observed": o} for n, o in enumerate(observed)
-        ],
-    }
+    return proposal.proposed_body(
+        [{"name": f"p{n}", "holds": True, "observed": o} for n, o in enumerate(observed)]
+    )
 
 
 @pytest.fixture
@@ -85,15 +76,7 @@ def notary() -> Fixture:
     services.target_register(
         tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
     )
-    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
-    lease = services.lease_grant(
-        tenant=tenant,
-        approver=approver,
-        case_id="case_1",
-        action="refund",
-        expires_at=timezone.now() + timedelta(hours=1),
-        requested_by="refund-bot",
-    )
+    lease = leased(tenant, "case_1", "refund", requested_by="refund-bot")
     proposal = Proposal(
         case_id="case_1",
         target="refunds",
