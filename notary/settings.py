@@ -178,6 +178,8 @@ CELERY_BEAT_SCHEDULE = {
 }
 # A webhook body larger than this is refused (413) before it is read.
 WEBHOOK_MAX_BODY_BYTES = env_int("WEBHOOK_MAX_BODY_BYTES", 256 * 1024)
+# A stored event not ingested this long after it arrived had its task lost: the sweep queues it.
+WEBHOOK_INGEST_GRACE_SECONDS = env_int("WEBHOOK_INGEST_GRACE_SECONDS", 60)
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))

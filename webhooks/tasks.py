@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from webhooks import selectors, services
@@ -18,10 +19,9 @@ def ingest_event(raw_event_id: int) -> str:
 
 @shared_task  # type: ignore[untyped-decorator]
 def ingest_stranded_events() -> int:
-    """Ingest verified events left uningested for a minute (not those just queued)."""
-    stranded = selectors.events_awaiting_ingestion(
-        received_before=timezone.now() - timedelta(minutes=1)
-    )
+    """Queue verified events left uningested past the grace (not those just queued)."""
+    grace = timedelta(seconds=settings.WEBHOOK_INGEST_GRACE_SECONDS)
+    stranded = selectors.events_awaiting_ingestion(received_before=timezone.now() - grace)
     for raw_event_id in stranded:
         ingest_event.delay(raw_event_id)
     return len(stranded)
