@@ -15,10 +15,13 @@ from tests.conftest import REPO_ROOT, child_database_url
 
 
 @contextmanager
-def running_worker(**settings: str) -> Iterator[tuple[str, Callable[[Callable[[], bool]], None]]]:
-    """Yield (queue, wait_until): a queue only this worker consumes, and a poll that fails the
-    test with the worker's output if it exits or 30 s pass. Tasks are not eager meanwhile."""
-    queue = f"test-{secrets.token_hex(4)}"
+def running_worker(
+    queue: str | None = None, **settings: str
+) -> Iterator[tuple[str, Callable[[Callable[[], bool]], None]]]:
+    """Yield (queue, wait_until): the queue the worker consumes (by default one only it does),
+    and a poll that fails the test with the worker's output if it exits or 30 s pass. Tasks are
+    not eager meanwhile. `settings` override the worker's environment."""
+    queue = queue or f"test-{secrets.token_hex(4)}"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "notary.settings",
