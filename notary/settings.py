@@ -194,3 +194,6 @@ LOGGING = {
     # A 404 or 409 is the protocol answering (no such effect yet, attempt taken), not a fault.
     "loggers": {"django.request": {"level": "ERROR"}},
 }
+if not REDIS_URL:
+    # The embedded mode's in-memory broker has no host, which kombu warns of on every task.
+    LOGGING["loggers"]["kombu.connection"] = {"level": "ERROR"}  # type: ignore[index]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import svix.webhooks
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -44,13 +45,20 @@ from gate_client.reference_service import read_acts, running_server
 from gate_client.targets import Tier
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier, parse_tlog_proof
-from ledger.core.entries import entry_from_leaf
+from ledger.core.entries import entry_from_leaf, format_timestamp
 from ledger.core.note import parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
 from notary import services
+from notary.models import Tenant
+from webhooks import services as webhook_services
 
 DEMO_DOMAIN = "demo.interlock.example"
 TARGET = "payments"
+# The demo's two effects: (target, tier, key window, the notary's evidence window).
+EFFECTS: dict[str, tuple[str, Tier, timedelta | None, timedelta | None]] = {
+    "refund": (TARGET, Tier.DEDUPES, timedelta(hours=24), None),
+    "email": ("email", Tier.NEITHER, None, timedelta(hours=24)),
+}
 MAX_INFLIGHT = timedelta(seconds=2)
 
 
@@ -58,7 +66,8 @@ class Command(BaseCommand):
     help = (
         "Walk one agent refund through a running notary: a lease granted, the refund proposed "
         "and dispatched, the agent killed before it records the outcome, recovery, and the "
-        "receipt with its proofs checked against the log's public key."
+        "receipt with its proofs checked against the log's public key; then a tier-3 email, "
+        "its agent killed after the send, settled by the email service's webhook."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -68,6 +77,7 @@ class Command(BaseCommand):
         parser.add_argument("--service", help=argparse.SUPPRESS)
         parser.add_argument("--tenant", help=argparse.SUPPRESS)
         parser.add_argument("--lease", help=argparse.SUPPRESS)
+        parser.add_argument("--effect", choices=list(EFFECTS), help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["agent"]:
@@ -80,11 +90,18 @@ class Command(BaseCommand):
         with (
             tempfile.TemporaryDirectory() as scratch,
             running_server(Path(scratch) / "refunds", dedupe=True, lookup=True) as payments,
+            running_server(Path(scratch) / "emails", dedupe=False, lookup=False) as emails,
             _serving_notary() as notary_url,
         ):
-            self._walk_through(notary_url, payments.url, Path(payments.store))
+            tenant, tokens = self._walk_through(notary_url, payments.url, Path(payments.store))
+            self._settle_by_webhook(notary_url, tenant, tokens, emails.url, Path(emails.store))
+        self._say("8. Full verification of the tenant's log (chain, tree, checkpoints):")
+        call_command("verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout)
 
-    def _walk_through(self, notary_url: str, service_url: str, store: Path) -> None:
+    def _walk_through(
+        self, notary_url: str, service_url: str, store: Path
+    ) -> tuple[Tenant, tuple[str, str]]:
+        """The refund; returns the tenant, and its agent's and approver's tokens."""
         slug = f"shop-{secrets.token_hex(3)}"
         tenant = services.tenant_create(slug=slug, name="A shop")
         services.target_register(
@@ -120,12 +137,12 @@ class Command(BaseCommand):
 
         agent_args = [
             "--notary", notary_url, "--token", agent_token, "--service", service_url,
-            "--tenant", slug, "--lease", lease["lease_id"],
+            "--tenant", slug, "--lease", lease["lease_id"], "--effect", "refund",
         ]  # fmt: skip
         crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
         if crashed.returncode != -9:
             raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
-        effect_id = _proposal(slug, lease["lease_id"]).effect_id
+        effect_id = _proposal("refund", slug, lease["lease_id"]).effect_id
         shown = httpx.get(
             f"{notary_url}/v1/effects/{effect_id}",
             headers={"Authorization": f"Bearer {agent_token}"},
@@ -157,8 +174,89 @@ class Command(BaseCommand):
         self._say("5. The receipt, as the notary serves it:")
         self.stdout.write(json.dumps(proved["receipt"], indent=2))
         self._verify_offline(notary_url, tenant.log.origin, effect_id, proved)
-        self._say("7. Full verification of the tenant's log (chain, tree, checkpoints):")
-        call_command("verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout)
+        return tenant, (agent_token, approver_token)
+
+    def _settle_by_webhook(
+        self,
+        notary_url: str,
+        tenant: Tenant,
+        tokens: tuple[str, str],
+        service_url: str,
+        store: Path,
+    ) -> None:
+        """Tier 3: an email service with no key and no lookup, whose delivery webhooks reach
+        the notary. A crash after the send would be AMBIGUOUS; the webhook settles it."""
+        agent_token, approver_token = tokens
+        target = services.target_register(
+            tenant=tenant,
+            name="email",
+            tier=3,
+            queryable=False,
+            max_inflight=MAX_INFLIGHT,
+            evidence_window=timedelta(hours=24),
+        )
+        secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+        endpoint = webhook_services.endpoint_create(
+            tenant=tenant, target=target, provider="resend", secrets=[secret]
+        )
+        granted = httpx.post(
+            f"{notary_url}/v1/leases",
+            headers={"Authorization": f"Bearer {approver_token}"},
+            json={
+                "case_id": "case_4711",
+                "action": "email",
+                "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
+                "requested_by": "refund-bot",
+            },
+        )
+        granted.raise_for_status()
+        lease_id = granted.json()["lease_id"]
+        agent_args = [
+            "--notary", notary_url, "--token", agent_token, "--service", service_url,
+            "--tenant", tenant.slug, "--lease", lease_id, "--effect", "email",
+        ]  # fmt: skip
+        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
+        if crashed.returncode != -9:
+            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
+        effect_id = _proposal("email", tenant.slug, lease_id).effect_id
+
+        event = {
+            "type": "email.sent",
+            "created_at": format_timestamp(timezone.now()),
+            "data": {
+                "email_id": f"em_{secrets.token_hex(8)}",
+                "tags": {"interlock_effect_id": effect_id},
+            },
+        }
+        body = json.dumps(event)
+        message_id = f"msg_{secrets.token_hex(8)}"
+        sent_at = timezone.now()
+        delivered = httpx.post(
+            f"{notary_url}/webhooks/{endpoint.public_id}/",
+            content=body.encode(),
+            headers={
+                "Content-Type": "application/json",
+                "svix-id": message_id,
+                "svix-timestamp": str(int(sent_at.timestamp())),
+                "svix-signature": svix.webhooks.Webhook(secret).sign(message_id, sent_at, body),
+            },
+        )
+        delivered.raise_for_status()
+        recovered = _run_agent("recover", agent_args)
+        receipt = httpx.get(
+            f"{notary_url}/v1/effects/{effect_id}/receipt",
+            headers={"Authorization": f"Bearer {agent_token}"},
+        ).json()["receipt"]
+        self._say(
+            "7. A confirmation email through a tier-3 service (no idempotency key, no lookup): "
+            "the agent is killed again after the send, which alone would leave it AMBIGUOUS for "
+            f"a person. The email service's delivery webhook (event {message_id}, signed as "
+            "Resend signs) reaches the notary, is verified and recorded as evidence, and "
+            f"settles it: {receipt['final_state']}, citing ledger entry "
+            f"{receipt['recheck_at_recovery']['evidence_seq']}. Emails sent: "
+            f"{len(read_acts(store, effect_id))}; the restarted agent had "
+            f"{len(recovered.stdout.splitlines())} effects left to recover."
+        )
 
     def _verify_offline(
         self, notary_url: str, origin: str, effect_id: str, proved: dict[str, Any]
@@ -184,19 +282,22 @@ class Command(BaseCommand):
 
     def _be_the_agent(self, options: dict[str, Any]) -> None:
         """The agent process: a Gate whose journal is the notary."""
+        kind = options["effect"]
+        target, tier, key_window, evidence_window = EFFECTS[kind]
         service = HttpTarget(
-            name=TARGET,
+            name=target,
             base_url=options["service"],
-            tier=Tier.DEDUPES,
-            queryable=True,
-            key_window=timedelta(hours=24),
+            tier=tier,
+            queryable=tier == Tier.DEDUPES,
+            key_window=key_window,
             max_inflight=MAX_INFLIGHT,
             timeout_seconds=MAX_INFLIGHT.total_seconds(),
+            evidence_window=evidence_window,
         )
         with NotaryJournal(options["notary"], options["token"]) as journal:
-            gate = Gate(journal, {TARGET: service}, premises_for=lambda _: [_payment_settled()])
+            gate = Gate(journal, {target: service}, premises_for=lambda _: [_payment_settled()])
             if options["agent"] == "submit":
-                _print(gate.submit(_proposal(options["tenant"], options["lease"])))
+                _print(gate.submit(_proposal(kind, options["tenant"], options["lease"])))
             else:
                 for receipt in gate.recover():
                     _print(receipt)
@@ -205,12 +306,17 @@ class Command(BaseCommand):
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
 
 
-def _proposal(tenant: str, lease_id: str) -> Proposal:
+def _proposal(kind: str, tenant: str, lease_id: str) -> Proposal:
+    payload = (
+        {"payment": "pay_100", "amount_cents": 2000}
+        if kind == "refund"
+        else {"to": "customer@example.com", "text": "Your refund of $20 is on the way"}
+    )
     return Proposal(
         case_id="case_4711",
-        target=TARGET,
-        action="refund",
-        payload={"payment": "pay_100", "amount_cents": 2000},
+        target=EFFECTS[kind][0],
+        action=kind,
+        payload=payload,
         lease_id=lease_id,
         premises=[_payment_settled()],
         tenant=tenant,
