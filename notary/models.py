@@ -108,6 +108,9 @@ class Lease(models.Model):
     revoked_by = models.CharField(max_length=200, blank=True)
     revoked_seq = models.BigIntegerField(null=True, blank=True)
 
+    class Meta:
+        permissions = [("revoke_lease", "Can revoke a lease (writes LEASE_REVOKED)")]
+
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.action} on {self.case_id}"
 
@@ -143,6 +146,16 @@ class Effect(models.Model):
             models.Index(fields=["tenant", "state", "proposed_seq"], name="effect_state"),
             models.Index(fields=["tenant", "result_ref"], name="effect_result_ref"),
         ]
+        permissions = [("resolve_effect", "Can resolve an AMBIGUOUS effect (writes RESOLVED)")]
 
     def __str__(self) -> str:
         return f"{self.effect_id}: {self.state}"
+
+
+class AmbiguousEffect(Effect):
+    """The review queue: effects the notary cannot settle, waiting for a person."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "AMBIGUOUS effect to review"
+        verbose_name_plural = "review queue: AMBIGUOUS effects"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from rest_framework.exceptions import NotFound
 
@@ -12,6 +13,7 @@ from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
+from notary.explain import explain
 from notary.models import ApiKey, Effect, Lease, Target, Tenant
 from notary.services import TOKEN_PREFIX, NotaryNotFound, secret_digest
 
@@ -157,3 +159,41 @@ def effect_evidence(*, tenant: Tenant, effect_id: str, now: datetime) -> Evidenc
             "unknown", "nothing seen yet; the evidence window is open", window_ends_at=ends
         )
     return Evidence("not_found", "nothing seen within the evidence window", window_ends_at=ends)
+
+
+@dataclass(frozen=True)
+class Review:
+    """Everything a finance reviewer reads on one effect's page."""
+
+    receipt: Receipt
+    sentence: str
+    proposed: dict[str, Any]
+    attempts: list[LedgerEntry]  # DISPATCHED, in order
+    lease: Lease | None
+    lease_entries: list[LedgerEntry]
+    evidence: list[LedgerEntry]  # OBSERVED, in order
+    entries: list[LedgerEntry]  # the effect's own and its lease's, in seq order
+
+
+def effect_review(*, effect: Effect) -> Review:
+    tenant = effect.tenant
+    history, leased = effect_entries_for_receipt(tenant=tenant, effect=effect)
+    entries = sorted([*history, *leased], key=lambda e: e.seq)
+    receipt = derive_receipt(entries, effect.effect_id)
+    target = Target.objects.filter(tenant=tenant, name=effect.target).first()
+    sentence = explain(
+        receipt,
+        history,
+        target=effect.target,
+        evidence_window=target.evidence_window if target is not None else None,
+    )
+    return Review(
+        receipt=receipt,
+        sentence=sentence,
+        proposed=next(e for e in history if e.kind == EntryKind.PROPOSED).body_value(),
+        attempts=[e for e in history if e.kind == EntryKind.DISPATCHED],
+        lease=Lease.objects.filter(tenant=tenant, lease_id=effect.lease_id).first(),
+        lease_entries=leased,
+        evidence=[e for e in history if e.kind == EntryKind.OBSERVED],
+        entries=entries,
+    )

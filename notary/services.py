@@ -75,7 +75,7 @@ def tenant_create(*, slug: str, name: str) -> Tenant:
     return Tenant.objects.create(slug=slug, name=name, log=log)
 
 
-@transaction.atomic(durable=True)
+@transaction.atomic  # not durable: the admin issues keys inside its own transaction
 def api_key_issue(*, tenant: Tenant, role: str, holder: str, label: str = "") -> tuple[ApiKey, str]:
     """A new key and its token, `ik_<key id>_<secret>`: the only time the secret exists."""
     if role not in Role.values:
@@ -415,6 +415,36 @@ def effect_observe(
         history.append(verdict.as_ledger_entry())
     _project_effect(tenant=tenant, history=history)
     return observed, settled
+
+
+@transaction.atomic(durable=True)
+def effect_resolve(
+    *, tenant: Tenant, effect_id: str, happened: bool, reason: str, by: str
+) -> LedgerEntry:
+    """A person's decision on what the notary cannot know: RESOLVED, naming who decided and
+    why. Only an AMBIGUOUS effect is resolved, so a decision never overrides a known outcome,
+    and later evidence leaves the decision standing."""
+    if not reason.strip():
+        raise NotaryInputError("a resolution needs a reason")
+    if not by.strip():
+        raise NotaryInputError("a resolution names the person who made it")
+    now = lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    standing = _standing_verdict(history)
+    if standing is None or standing.kind != EntryKind.AMBIGUOUS:
+        state = Effect.objects.get(tenant=tenant, effect_id=effect_id).state
+        raise NotaryConflict(
+            "not_ambiguous", f"{effect_id} is {state}: only an AMBIGUOUS effect is resolved"
+        )
+    body = {"happened": happened, "reason": reason.strip(), "by": by.strip()}
+    [row] = append_entries(
+        log=tenant.log,
+        items=[NewEntry(kind=EntryKind.RESOLVED, body=body, effect_id=effect_id)],
+        created_at=now,
+    )
+    entry = row.as_ledger_entry()
+    _project_effect(tenant=tenant, history=[*history, entry])
+    return entry
 
 
 @transaction.atomic(durable=True)

@@ -1,0 +1,206 @@
+"""The admin, for finance staff and operators: the AMBIGUOUS review queue and each effect's page,
+leases with a revoke action, API keys (a new one shown once), tenants and targets. Nothing in
+the ledger is edited here: a decision or a revocation is a ledger entry written by a service."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from ledger.admin import ReadOnlyAdmin
+from notary import selectors, services
+from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, Target, Tenant
+
+
+class AgeFilter(admin.SimpleListFilter):
+    title = "age"
+    parameter_name = "age"
+    _AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("1h", "older than an hour"),
+            ("1d", "older than a day"),
+            ("7d", "older than a week"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        age = self._AGES.get(self.value() or "")
+        return queryset if age is None else queryset.filter(proposed_at__lte=timezone.now() - age)
+
+
+class ResolveForm(forms.Form):
+    happened = forms.TypedChoiceField(
+        label="Decision",
+        choices=[("yes", "It happened"), ("no", "It did not happen")],
+        coerce=lambda value: value == "yes",
+        widget=forms.RadioSelect,
+    )
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="What you checked, and where: it is recorded in the ledger with your name.",
+    )
+
+
+@admin.register(Effect)
+class EffectAdmin(ReadOnlyAdmin):
+    list_display = ["effect_id", "case_id", "target", "state", "tenant", "proposed_at"]
+    list_filter = ["state", "target", "tenant", AgeFilter]
+    search_fields = ["effect_id", "case_id"]
+    ordering = ["proposed_at"]
+    list_select_related = ["tenant"]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The effect's page: what it was, what the ledger says, and for an AMBIGUOUS one
+        that the viewer may decide, the decision."""
+        effect = self.get_object(request, object_id)
+        if effect is None or not self.has_view_permission(request, effect):
+            raise Http404("no such effect")
+        may_resolve = effect.state == "AMBIGUOUS" and request.user.has_perm("notary.resolve_effect")
+        form = ResolveForm(request.POST or None) if may_resolve else None
+        if request.method == "POST":
+            if form is None:
+                raise PermissionDenied("this effect cannot be resolved by you")
+            if form.is_valid():
+                entry = services.effect_resolve(
+                    tenant=effect.tenant,
+                    effect_id=effect.effect_id,
+                    happened=form.cleaned_data["happened"],
+                    reason=form.cleaned_data["reason"],
+                    by=request.user.get_username(),
+                )
+                messages.success(request, f"Resolved {effect.effect_id}: ledger entry {entry.seq}")
+                return HttpResponseRedirect(reverse("admin:notary_ambiguouseffect_changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"{effect.action} on {effect.case_id}",
+            "effect": effect,
+            "review": selectors.effect_review(effect=effect),
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/notary/effect/review.html", context)
+
+
+@admin.register(AmbiguousEffect)
+class AmbiguousEffectAdmin(EffectAdmin):
+    list_filter = ["target", "tenant", AgeFilter]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).filter(state="AMBIGUOUS")
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["lease_id", "case_id", "action", "tenant", "granted_by", "expires_at"]
+    list_filter = ["tenant", "action"]
+    search_fields = ["lease_id", "case_id"]
+    fields = [
+        "tenant",
+        "lease_id",
+        "case_id",
+        "action",
+        "limits",
+        "payload_hash",
+        "expires_at",
+        "requested_by",
+        "granted_by",
+        "granted_seq",
+        "revoked_at",
+        "revoked_by",
+        "revoked_seq",
+    ]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected leases", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Lease]) -> None:
+        for lease in queryset.select_related("tenant"):
+            services.lease_revoke(
+                tenant=lease.tenant,
+                lease_id=lease.lease_id,
+                by=request.user.get_username(),
+                reason="revoked in the admin",
+            )
+        messages.success(request, f"Revoked {queryset.count()} leases")
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notary.revoke_lease")
+
+
+@admin.register(Tenant)
+class TenantAdmin(ReadOnlyAdmin):
+    list_display = ["slug", "name", "log", "created_at"]
+    fields = ["slug", "name", "log", "created_at"]
+
+
+@admin.register(Target)
+class TargetAdmin(ReadOnlyAdmin):
+    list_display = ["name", "tenant", "tier", "queryable", "max_inflight", "evidence_window"]
+    list_filter = ["tenant", "tier"]
+    fields = [
+        "name",
+        "tenant",
+        "tier",
+        "queryable",
+        "max_inflight",
+        "evidence_window",
+        "key_window",
+        "lookup_url",
+        "created_at",
+    ]
+
+
+class ApiKeyIssueForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ApiKey
+        fields = ["tenant", "role", "holder", "label"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyAdmin):
+    list_display = ["key_id", "tenant", "role", "holder", "label", "created_at", "revoked_at"]
+    list_filter = ["tenant", "role"]
+    fields = ["key_id", "tenant", "role", "holder", "label", "created_at", "revoked_at"]
+    form = ApiKeyIssueForm
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notary.add_apikey")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ApiKeyIssueForm.Meta.fields if obj is None else self.fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.fields
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        """Issue through the service; the token is shown here, once, and never again."""
+        issued, token = services.api_key_issue(
+            tenant=obj.tenant, role=obj.role, holder=obj.holder, label=obj.label
+        )
+        obj.pk, obj.key_id, obj.created_at = issued.pk, issued.key_id, issued.created_at
+        messages.warning(request, f"The new key, shown this once: {token}")
+
+    @admin.action(description="Revoke the selected keys", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        for api_key in queryset:
+            services.api_key_revoke(api_key=api_key)
+        messages.success(request, f"Revoked {queryset.count()} keys")
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and request.user.has_perm("notary.change_apikey")

@@ -1,0 +1,89 @@
+"""The sentence on an effect's page says, in words a finance person reads, what its state means."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from notary import selectors, services
+from notary.models import Effect, Tenant
+from tests.notary.effects import dispatched, register
+
+pytestmark = pytest.mark.django_db
+
+
+def sentence(effect_id: str) -> str:
+    return selectors.effect_review(effect=Effect.objects.get(effect_id=effect_id)).sentence
+
+
+@pytest.fixture
+def mail(acme: Tenant) -> Tenant:
+    register(acme, "mail", evidence_window=timedelta(hours=24), max_inflight=timedelta(seconds=1))
+    return acme
+
+
+def test_each_ending_reads_plainly(mail: Tenant) -> None:
+    sent = dispatched(mail, "mail", "case-1")
+    assert sentence(sent) == "In progress: sent to mail, and the answer has not been recorded yet."
+    services.effect_record_outcome(
+        tenant=mail,
+        effect_id=sent,
+        kind="COMMITTED",
+        body={"state": "COMMITTED", "attempt": 1, "result_ref": "msg_1", "recheck": None},
+    )
+    assert sentence(sent) == "Sent once: mail confirmed it (msg_1)."
+
+    attested = dispatched(mail, "mail", "case-2")
+    observed, _ = services.attestation_record(
+        tenant=mail, by="erp", effect_id=attested, performed=True, reference="doc_7", detail=""
+    )
+    assert sentence(attested) == (
+        f"Sent once: mail confirmed it with a statement from erp (ledger entry {observed.seq})."
+    )
+
+    refused = dispatched(mail, "mail", "case-3")
+    services.effect_record_outcome(
+        tenant=mail,
+        effect_id=refused,
+        kind="REFUSED",
+        body={"reason": "lease_revoked_at_recovery", "recheck": None},
+    )
+    assert sentence(refused) == (
+        "Not sent: the approval was withdrawn before it could be sent when it was checked again "
+        "after an interruption."
+    )
+
+    bounced = dispatched(mail, "mail", "case-4")
+    services.effect_record_outcome(
+        tenant=mail, effect_id=bounced, kind="FAILED", body={"attempt": 1, "code": "bounced"}
+    )
+    assert sentence(bounced) == "Not done: mail refused it (bounced)."
+
+    decided = dispatched(mail, "mail", "case-5")
+    services.effect_record_outcome(tenant=mail, effect_id=decided, kind="AMBIGUOUS", body={})
+    services.effect_resolve(
+        tenant=mail, effect_id=decided, happened=True, reason="seen in the outbox", by="fiona"
+    )
+    assert sentence(decided) == "Decided by fiona: it happened. Their reason: seen in the outbox"
+
+
+def test_only_an_ambiguous_effect_is_resolved_and_only_with_a_reason(mail: Tenant) -> None:
+    open_effect = dispatched(mail, "mail", "case-1")
+    with pytest.raises(services.NotaryConflict, match="only an AMBIGUOUS effect"):
+        services.effect_resolve(
+            tenant=mail, effect_id=open_effect, happened=True, reason="x", by="fiona"
+        )
+    services.effect_record_outcome(tenant=mail, effect_id=open_effect, kind="AMBIGUOUS", body={})
+    with pytest.raises(services.NotaryInputError, match="reason"):
+        services.effect_resolve(
+            tenant=mail, effect_id=open_effect, happened=True, reason=" ", by="fiona"
+        )
+    services.effect_resolve(
+        tenant=mail, effect_id=open_effect, happened=False, reason="not in the outbox", by="fiona"
+    )
+    _, settled = services.attestation_record(
+        tenant=mail, by="erp", effect_id=open_effect, performed=True, reference="", detail=""
+    )
+    assert settled == "recorded"  # evidence after a person's decision is kept, not acted on
+    assert Effect.objects.get(effect_id=open_effect).state == "RESOLVED_NOT_HAPPENED"

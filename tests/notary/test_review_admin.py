@@ -1,0 +1,149 @@
+"""The finance review in the admin: the AMBIGUOUS queue, an effect's page that reads plainly,
+a decision with a reason written as RESOLVED by a service, and what each group may do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.contrib.messages import get_messages
+from django.test import Client
+
+from ledger.core.entries import EntryKind
+from ledger.models import Entry
+from ledger.selectors import iter_entries
+from notary import services
+from notary.groups import AUDITORS, FINANCE_REVIEWERS
+from notary.models import ApiKey, Effect, Lease, Tenant
+from notary.selectors import api_key_for_token
+from tests.notary.effects import dispatched, register
+
+pytestmark = pytest.mark.django_db
+
+
+def staff(username: str, group: str) -> Client:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def ambiguous(acme: Tenant) -> Effect:
+    register(acme, "mail", evidence_window=timedelta(hours=24), max_inflight=timedelta(seconds=1))
+    effect_id = dispatched(acme, "mail", "case-4711")
+    services.effect_record_outcome(
+        tenant=acme,
+        effect_id=effect_id,
+        kind="AMBIGUOUS",
+        body={"recheck": {"reason": "tier 3: nothing to ask, never resend"}},
+    )
+    return Effect.objects.get(effect_id=effect_id)
+
+
+def test_a_reviewer_sees_the_queue_reads_the_effect_and_resolves_it(ambiguous: Effect) -> None:
+    reviewer = staff("fiona", FINANCE_REVIEWERS)
+    queue = reviewer.get("/admin/notary/ambiguouseffect/")
+    assert queue.status_code == 200
+    assert ambiguous.effect_id in queue.content.decode()
+
+    page = reviewer.get(f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert (
+        "Cannot know: the request may have reached mail, and no evidence arrived within 24 h "
+        "whether it did. A person must decide." in html
+    )
+    assert "Record the decision" in html
+    assert 'id="ledger"' in html and "DISPATCHED" in html
+
+    size = ambiguous.tenant.log.size
+    no_reason = reviewer.post(
+        f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/", {"happened": "no", "reason": ""}
+    )
+    assert no_reason.status_code == 200  # the form again, with its error
+    ambiguous.tenant.log.refresh_from_db()
+    assert ambiguous.tenant.log.size == size
+
+    decided = reviewer.post(
+        f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/",
+        {"happened": "no", "reason": "The mail service's log shows no message for this case."},
+    )
+    assert decided.status_code == 302
+    assert decided["Location"] == "/admin/notary/ambiguouseffect/"
+    resolved = [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == EntryKind.RESOLVED]
+    assert [e.body_value() for e in resolved] == [
+        {
+            "by": "fiona",
+            "happened": False,
+            "reason": "The mail service's log shows no message for this case.",
+        }
+    ]
+    assert Effect.objects.get(pk=ambiguous.pk).state == "RESOLVED_NOT_HAPPENED"
+    listed = reviewer.get("/admin/notary/ambiguouseffect/").content.decode()
+    assert f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/" not in listed
+    after = reviewer.get(f"/admin/notary/effect/{ambiguous.pk}/change/").content.decode()
+    assert "Decided by fiona: it did not happen." in after
+    assert "Record the decision" not in after
+
+
+def test_an_auditor_reads_but_cannot_resolve(ambiguous: Effect) -> None:
+    auditor = staff("audrey", AUDITORS)
+    page = auditor.get(f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/")
+    assert page.status_code == 200
+    assert "Record the decision" not in page.content.decode()
+    refused = auditor.post(
+        f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/",
+        {"happened": "yes", "reason": "I think so"},
+    )
+    assert refused.status_code == 403
+    assert Effect.objects.get(pk=ambiguous.pk).state == "AMBIGUOUS"
+
+
+def test_nobody_changes_ledger_rows_through_the_admin(ambiguous: Effect) -> None:
+    reviewer = staff("fiona", FINANCE_REVIEWERS)
+    entry = Entry.objects.filter(effect_id=ambiguous.effect_id).first()
+    assert entry is not None
+    shown = reviewer.get(f"/admin/ledger/entry/{entry.pk}/change/")
+    assert shown.status_code == 200
+    assert 'name="_save"' not in shown.content.decode()
+    assert reviewer.post(f"/admin/ledger/entry/{entry.pk}/change/", {}).status_code == 403
+    assert (
+        reviewer.post(f"/admin/ledger/entry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    assert reviewer.get("/admin/ledger/entry/add/").status_code == 403
+    assert reviewer.get("/admin/webhooks/rawevent/add/").status_code == 403
+
+
+def test_a_reviewer_revokes_a_lease_and_an_auditor_cannot(ambiguous: Effect) -> None:
+    lease = Lease.objects.get(lease_id=ambiguous.lease_id)
+    action = {"action": "revoke", "_selected_action": [lease.pk]}
+    auditor = staff("audrey", AUDITORS)
+    auditor.post("/admin/notary/lease/", action)
+    assert Lease.objects.get(pk=lease.pk).revoked_at is None
+    reviewer = staff("fiona", FINANCE_REVIEWERS)
+    reviewer.post("/admin/notary/lease/", action)
+    revoked = Lease.objects.get(pk=lease.pk)
+    assert revoked.revoked_by == "fiona"
+    entry = [e for e in iter_entries(log=ambiguous.tenant.log) if e.seq == revoked.revoked_seq]
+    assert entry[0].kind == EntryKind.LEASE_REVOKED
+
+
+def test_a_new_api_key_is_shown_once(acme: Tenant, admin_client: Client) -> None:
+    answer = admin_client.post(
+        "/admin/notary/apikey/add/",
+        {"tenant": acme.pk, "role": "agent", "holder": "refund-bot", "label": "prod"},
+    )
+    assert answer.status_code == 302
+    [shown] = [
+        m.message for m in get_messages(answer.wsgi_request) if "shown this once" in m.message
+    ]
+    token = shown.rsplit(" ", 1)[1]
+    api_key = api_key_for_token(token=token)
+    assert api_key is not None and api_key.holder == "refund-bot"
+    assert token not in str(ApiKey.objects.values_list().get(pk=api_key.pk))  # stored hashed
+    change_page = f"/admin/notary/apikey/{api_key.pk}/change/"
+    assert token in admin_client.get(change_page).content.decode()  # the one showing
+    assert token not in admin_client.get(change_page).content.decode()  # and never again
