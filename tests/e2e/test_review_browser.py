@@ -1,0 +1,122 @@
+"""The finance review in a real browser (Debian's Chromium, driven by Selenium, against Django's
+live server): a reviewer logs in, opens the queue and an effect, decides it with a reason, and
+sees it leave the queue and the RESOLVED entry appear; an auditor gets no decision to make; and
+a reviewer cannot edit a ledger entry. The effect page is saved as a screenshot."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from pytest_django.live_server_helper import LiveServer
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
+
+from ledger.core.entries import EntryKind
+from ledger.models import Entry
+from ledger.selectors import iter_entries
+from notary import services
+from notary.groups import AUDITORS, FINANCE_REVIEWERS
+from notary.models import Effect
+from tests.notary.effects import dispatched, register
+
+pytestmark = pytest.mark.slow
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip(
+            "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--window-size=1280,1800"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def ambiguous(transactional_db: None) -> Effect:
+    tenant = services.tenant_create(slug="shop", name="A shop")
+    register(
+        tenant, "email", evidence_window=timedelta(hours=24), max_inflight=timedelta(seconds=1)
+    )
+    effect_id = dispatched(tenant, "email", "case-4711")
+    services.effect_record_outcome(
+        tenant=tenant,
+        effect_id=effect_id,
+        kind="AMBIGUOUS",
+        body={"recheck": {"reason": "tier 3: nothing to ask, never resend"}},
+    )
+    for name, group in (("fiona", FINANCE_REVIEWERS), ("audrey", AUDITORS)):
+        user = User.objects.create_user(name, password="correct horse", is_staff=True)
+        user.groups.add(Group.objects.get(name=group))
+    return Effect.objects.get(effect_id=effect_id)
+
+
+def log_in(browser: webdriver.Chrome, live_server: LiveServer, username: str) -> None:
+    browser.get(f"{live_server.url}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys(username)
+    browser.find_element(By.NAME, "password").send_keys("correct horse")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 10).until(lambda d: d.title.startswith("Site administration"))
+
+
+def test_a_reviewer_resolves_an_ambiguous_effect_in_the_browser(
+    browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
+) -> None:
+    log_in(browser, live_server, "fiona")
+    browser.get(f"{live_server.url}/admin/notary/ambiguouseffect/")
+    browser.find_element(By.LINK_TEXT, ambiguous.effect_id).click()
+    sentence = browser.find_element(By.ID, "sentence").text
+    assert sentence.startswith("Cannot know: the request may have reached email")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / "effect_page.png"))
+
+    browser.find_element(By.CSS_SELECTOR, "input[name=happened][value=no]").click()
+    browser.find_element(By.NAME, "reason").send_keys(
+        "The email service's outbox has no message for case-4711."
+    )
+    browser.find_element(By.CSS_SELECTOR, "#resolve input[type=submit]").click()
+
+    WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/ambiguouseffect/"))
+    assert "Resolved " + ambiguous.effect_id in browser.page_source
+    assert browser.find_elements(By.LINK_TEXT, ambiguous.effect_id) == []
+    browser.get(f"{live_server.url}/admin/notary/effect/{ambiguous.pk}/change/")
+    assert "Decided by fiona: it did not happen." in browser.find_element(By.ID, "sentence").text
+    ledger = browser.find_element(By.ID, "ledger").text
+    assert "RESOLVED" in ledger
+    resolved = [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == EntryKind.RESOLVED]
+    assert [e.body_value()["by"] for e in resolved] == ["fiona"]
+
+
+def test_an_auditor_has_no_decision_and_a_reviewer_cannot_edit_the_ledger(
+    browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
+) -> None:
+    log_in(browser, live_server, "audrey")
+    browser.get(f"{live_server.url}/admin/notary/ambiguouseffect/{ambiguous.pk}/change/")
+    assert browser.find_element(By.ID, "sentence").text.startswith("Cannot know")
+    assert browser.find_elements(By.ID, "resolve") == []
+    browser.delete_all_cookies()  # a new session: the next person at the desk
+
+    log_in(browser, live_server, "fiona")
+    entry = Entry.objects.filter(effect_id=ambiguous.effect_id).first()
+    assert entry is not None
+    browser.get(f"{live_server.url}/admin/ledger/entry/{entry.pk}/change/")
+    assert browser.find_elements(By.NAME, "_save") == []
+    assert browser.find_elements(By.LINK_TEXT, "Delete") == []
+    assert "DISPATCHED" in browser.page_source or "PROPOSED" in browser.page_source
