@@ -31,6 +31,7 @@ pytest: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python experiments/bench_ledger.py
 	$(BIN)/python experiments/bench_notary.py
+	$(BIN)/python experiments/bench_webhooks.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1340 @@
+"""Measure how fast the notary takes in providers' signed webhooks, and how fast one Celery worker
+turns them into ledger evidence, on gunicorn, PostgreSQL and Redis.
+
+1. Accepting: `--clients` client processes post `--events` distinct signed events to
+   POST /webhooks/<endpoint id>/, each client one request after another on a kept-alive
+   connection (a closed loop). Half are Stripe refund events naming their effect in
+   metadata.interlock_effect_id, half Resend email events naming it in their tags; every effect
+   is a real one, dispatched beforehand. Each request is signed beforehand by the provider's own
+   library (stripe, svix): signing is the provider's work, never timed. The notary runs with
+   REDIS_URL on a Redis database of its own and CELERY_TASK_ALWAYS_EAGER=false, so the web
+   process verifies, stores and queues; no worker runs meanwhile. Baselines under the same
+   concurrency, in the same run: GET /healthz (HTTP and Django, no database) and requests signed
+   with the wrong secret (checked, stored unverified, answered 400); and the accepted path again
+   with one client. Latency is client side, from sending to the last byte of the answer.
+2. Where an accepted request's time goes: more of the same requests through the WSGI app in this
+   process (no network, no gunicorn), each SQL statement, the ORM building it, the commit, the
+   connection health check, the signature check and the enqueue timed; GET /healthz the same way
+   as the floor.
+3. Ingestion: a real Celery worker (`celery --app notary worker --pool solo`) started on the
+   backlog the first two parts queued; events/s from its first Ingestion row to its last, and the
+   PostgreSQL sessions it opened. Baseline: services.event_ingest called in this process, one
+   event after another, on further events stored without queueing (the same work without Celery
+   and Redis), on one connection and, as Celery's Django fixup has the worker do, closing the
+   connection after each event.
+
+Effects are proposed and dispatched beforehand through notary.services (a lease each, granted
+by one approver key), so setup is never timed. The benchmark is also a correctness check: every
+valid event must be answered 200 with its id and every forged one 400; every queued event must
+sit in the queue once and be ingested exactly once (one Ingestion row, and one OBSERVED and one
+COMMITTED entry per effect, nothing else in the log); every effect must end
+COMMITTED_ON_EVIDENCE (the projection for all, the receipt re-derived from its whole log with
+verify_receipt for a sample). Anything else aborts with a non-zero exit.
+
+It works in its own database (--database-url, default interlock_bench_webhooks; dropped and
+recreated at start, a name without "bench" is refused; dropped at the end unless --keep) and its
+own Redis database (--redis-url, default db 9; only that database is flushed, at start and end;
+db 0 is refused). Tables go to stdout, progress to stderr:
+
+    .venv/bin/python experiments/bench_webhooks.py [--quick] [--events 3000 --clients 8]
+        [--workers 2 --threads 8] [--database-url ...] [--redis-url ...] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import multiprocessing
+import os
+import queue
+import random
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import redis
+from tqdm import tqdm
+
+# The script lives in experiments/; the spawned clients import it too, so this runs in each.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.bench_ledger import environment, progress, setup_django, table
+from experiments.bench_notary import (
+    Stats,
+    bench_database,
+    duration,
+    mean,
+    percentile,
+    server_cpu,
+)
+from gate_client.proposal import Proposal
+from tests.notary_server import REPO_ROOT, running_notary
+from tests.webhooks.signing import (
+    as_headers,
+    body_of,
+    new_secret,
+    resend_event,
+    signed_headers,
+    stripe_refund_event,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
+
+    from notary.models import ApiKey, Tenant
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_webhooks"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
+CELERY_QUEUE = "celery"  # the default queue, where ingest_event.delay sends
+TENANT = "acme"
+PROVIDERS = ("stripe", "resend")
+TARGET_OF = {"stripe": "refunds", "resend": "mail"}
+ACTION_OF = {"stripe": "refund", "resend": "email"}
+GOAL_ACCEPTED_PER_SECOND = 1000.0
+GOAL_P99_SECONDS = 0.050
+SETTLED = "COMMITTED_ON_EVIDENCE"
+WARMUP_PER_CLIENT = 10  # valid events each client posts, untimed, before the timed runs
+PROFILE_WARMUP = 4
+VERIFY_SAMPLE = 20  # receipts re-derived from the whole log
+TICK = 50  # a client reports progress every TICK requests
+# Spawning clients and a worker on a busy 2-core machine takes seconds; one that never answers
+# must not hang the run forever.
+START_TIMEOUT = 120.0
+STALL_TIMEOUT = 60.0  # the worker ingesting nothing this long aborts the run
+SEED = 8222
+
+
+@dataclass(frozen=True)
+class Sizes:
+    events: int
+    clients: int
+    one_client: int
+    profile: int
+    direct: int
+
+
+PROFILES = {
+    "quick": Sizes(events=40, clients=4, one_client=10, profile=10, direct=10),
+    "default": Sizes(events=3000, clients=8, one_client=300, profile=200, direct=200),
+}
+
+
+# --- Requests, signed beforehand ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request as sent, with what its answer must be."""
+
+    label: str  # "GET /healthz", "stripe", "resend", "forged stripe", "forged resend"
+    method: str
+    path: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...]
+    status: int
+    event_id: str = ""  # the id a valid event's answer must name
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A dispatched effect, and the provider whose event will settle it."""
+
+    provider: str
+    effect_id: str
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    path: dict[str, str]  # provider -> /webhooks/<endpoint id>/
+    secret: dict[str, str]  # provider -> its signing secret
+
+
+def healthz() -> Request:
+    return Request("GET /healthz", "GET", "/healthz", b"", (), 200)
+
+
+def signed(planned: Planned, endpoints: Endpoints, *, forged: bool = False) -> Request:
+    """The provider's event about `planned`, signed by the provider's library with the
+    endpoint's secret (or, forged, with another secret of the same form)."""
+    provider = planned.provider
+    if provider == "stripe":
+        event = stripe_refund_event(planned.effect_id)
+        event_id = str(event["id"])
+    else:
+        event = resend_event("email.delivered", effect_id=planned.effect_id)
+        event_id = f"msg_{secrets.token_hex(12)}"
+    body = body_of(event)
+    secret = new_secret(provider) if forged else endpoints.secret[provider]
+    headers = as_headers(signed_headers(provider, body, secret, event_id=event_id))
+    return Request(
+        f"forged {provider}" if forged else provider,
+        "POST",
+        endpoints.path[provider],
+        body,
+        (("content-type", "application/json"), *headers.items()),
+        400 if forged else 200,
+        "" if forged else event_id,
+    )
+
+
+def sign_all(planned: Sequence[Planned], endpoints: Endpoints, desc: str) -> list[Request]:
+    progress(f"signing {len(planned):,} events ({desc})")
+    return [signed(p, endpoints) for p in planned]
+
+
+def forged_requests(count: int, endpoints: Endpoints) -> list[Request]:
+    return [
+        signed(Planned(PROVIDERS[n % 2], f"eff_forged_{n}"), endpoints, forged=True)
+        for n in range(count)
+    ]
+
+
+def answer_problem(request: Request, status: int, data: bytes) -> str | None:
+    """What is wrong with the answer to `request`, or None."""
+    if status != request.status:
+        return f"{request.label} {request.path}: {status} {data[:300]!r}"
+    if request.method == "GET":
+        return None
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        return f"{request.label}: not JSON: {data[:300]!r}"
+    if request.status == 200 and answer != {"received": request.event_id, "duplicate": False}:
+        return f"{request.label} {request.event_id}: {answer}"
+    if request.status == 400 and answer.get("error") != "signature":
+        return f"{request.label}: {answer}"
+    return None
+
+
+# --- Client processes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    client: str
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    start: float
+    end: float
+    cpu: float
+    timings: tuple[tuple[str, float], ...]  # (label, seconds) per request
+    problems: tuple[str, ...]
+
+
+# What a client sends back: ready, requests done since its last report, its result, or an error.
+Report = Ready | int | ClientResult | str
+
+
+def client_main(
+    url: str, inbox: Queue[list[Request] | None], go: Event, results: Queue[Report]
+) -> None:
+    """A client process: for each job, a fresh kept-alive connection (opened untimed), then its
+    requests one after another once told to go. http.client, to spend as little of the
+    machine's CPU as a client can."""
+    name = multiprocessing.current_process().name
+    where = urlsplit(url)
+    try:
+        while (job := inbox.get()) is not None:
+            conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            results.put(Ready(name))
+            if not go.wait(START_TIMEOUT):
+                raise TimeoutError("no start signal")
+            timings, problems = [], []
+            cpu = time.process_time()
+            start = time.time()
+            for n, request in enumerate(job, 1):
+                began = time.perf_counter()
+                conn.request(
+                    request.method,
+                    request.path,
+                    body=request.body or None,
+                    headers=dict(request.headers),
+                )
+                response = conn.getresponse()
+                data = response.read()
+                timings.append((request.label, time.perf_counter() - began))
+                problem = answer_problem(request, response.status, data)
+                if problem is not None:
+                    problems.append(problem)
+                if n % TICK == 0:
+                    results.put(TICK)
+            end = time.time()
+            cpu = time.process_time() - cpu
+            conn.close()
+            results.put(len(job) % TICK)
+            results.put(ClientResult(start, end, cpu, tuple(timings), tuple(problems)))
+    except Exception as exc:
+        results.put(f"{name}: {exc!r}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed run: every client's requests, started together."""
+
+    label: str
+    clients: int
+    requests: int
+    seconds: float
+    timings: dict[str, list[float]]  # request label -> seconds
+    clients_cpu: float
+    server_cpu: float | None
+    database_cpu: float | None
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.seconds
+
+    def stats(self, *labels: str) -> Stats:
+        chosen = labels or tuple(self.timings)
+        return Stats.of([s for label in chosen for s in self.timings.get(label, [])])
+
+
+class Clients:
+    """`count` client processes, kept for every run."""
+
+    def __init__(self, url: str, count: int, database_url: str) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.database_url = database_url
+        self.go = context.Event()
+        self.results: Queue[Report] = context.Queue()
+        self.inboxes: list[Queue[list[Request] | None]] = [context.Queue() for _ in range(count)]
+        self.processes = [
+            context.Process(
+                target=client_main,
+                args=(url, inbox, self.go, self.results),
+                name=f"client-{n}",
+                daemon=True,
+            )
+            for n, inbox in enumerate(self.inboxes)
+        ]
+        progress(f"starting {count} client processes")
+        for process in self.processes:
+            process.start()
+
+    def run(self, label: str, jobs: Sequence[list[Request]]) -> Run:
+        """Give client n jobs[n] (an empty job: that client sits this run out), start them
+        together, and collect their timings; any wrong answer aborts the run."""
+        busy = [(inbox, job) for inbox, job in zip(self.inboxes, jobs, strict=True) if job]
+        self.go.clear()
+        for inbox, job in busy:
+            inbox.put(job)
+        self._collect(len(busy), lambda report: isinstance(report, Ready))
+        before = server_cpu(self.database_url)
+        finished: list[ClientResult] = []
+        total = sum(len(job) for _, job in busy)
+        with tqdm(total=total, desc=label, unit="request", file=sys.stderr) as bar:
+
+            def done(report: Report) -> bool:
+                if isinstance(report, int):
+                    bar.update(report)
+                elif isinstance(report, ClientResult):
+                    finished.append(report)
+                    return True
+                return False
+
+            self.go.set()
+            self._collect(len(busy), done)
+        after = server_cpu(self.database_url)
+        problems = [p for result in finished for p in result.problems]
+        if problems:
+            raise SystemExit(
+                f"{label}: {len(problems)} of {total} requests answered wrongly:\n"
+                + "\n".join(problems[:10])
+            )
+        timings: dict[str, list[float]] = {}
+        for result in finished:
+            for request_label, seconds in result.timings:
+                timings.setdefault(request_label, []).append(seconds)
+        return Run(
+            label=label,
+            clients=len(busy),
+            requests=total,
+            seconds=max(r.end for r in finished) - min(r.start for r in finished),
+            timings=timings,
+            clients_cpu=sum(r.cpu for r in finished),
+            server_cpu=cpu_delta(before[0], after[0]),
+            database_cpu=cpu_delta(before[1], after[1]),
+        )
+
+    def _collect(self, count: int, accept: Callable[[Report], bool]) -> None:
+        accepted = 0
+        while accepted < count:
+            try:
+                report = self.results.get(timeout=START_TIMEOUT)
+            except queue.Empty as exc:
+                raise SystemExit("a client process stopped answering") from exc
+            if isinstance(report, str):
+                raise SystemExit(f"client failed: {report}")
+            if accept(report):
+                accepted += 1
+
+    def close(self) -> None:
+        for inbox in self.inboxes:
+            inbox.put(None)
+        for process in self.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
+
+
+def spread(requests: Sequence[Request], clients: int) -> list[list[Request]]:
+    """Deal the requests out to the clients in turn."""
+    return [list(requests[n::clients]) for n in range(clients)]
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float | None:
+    """CPU spent between two samples by the processes alive at the second; None if none."""
+    if not after:
+        return None
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- Setup: tenant, targets, endpoints, dispatched effects --------------------------------------
+
+
+def prepare(batches: dict[str, int]) -> tuple[Endpoints, dict[str, list[Planned]]]:
+    """One tenant with a tier-3 target per provider and an endpoint on each, and one dispatched
+    effect (its own case and lease) per event to come, providers alternating in each batch."""
+    from django.utils import timezone
+
+    from notary import services
+    from webhooks import services as webhook_services
+
+    tenant = services.tenant_create(slug=TENANT, name="Acme Refunds")
+    approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder="finance")
+    endpoints = Endpoints({}, {})
+    for provider in PROVIDERS:
+        target = services.target_register(
+            tenant=tenant,
+            name=TARGET_OF[provider],
+            tier=3,
+            queryable=False,
+            max_inflight=timedelta(minutes=5),
+            evidence_window=timedelta(hours=1),
+        )
+        secret = new_secret(provider)
+        endpoint = webhook_services.endpoint_create(
+            tenant=tenant, target=target, provider=provider, secrets=[secret]
+        )
+        endpoints.path[provider] = f"/webhooks/{endpoint.public_id}/"
+        endpoints.secret[provider] = secret
+    expires = timezone.now() + timedelta(hours=6)
+    planned: dict[str, list[Planned]] = {}
+    with tqdm(
+        total=sum(batches.values()), desc="dispatching effects", unit="effect", file=sys.stderr
+    ) as bar:
+        for batch, count in batches.items():
+            planned[batch] = []
+            for n in range(count):
+                provider = PROVIDERS[n % 2]
+                effect_id = dispatch(tenant, approver, provider, f"{batch}-{n:05d}", expires)
+                planned[batch].append(Planned(provider, effect_id))
+                bar.update()
+    return endpoints, planned
+
+
+def dispatch(
+    tenant: Tenant, approver: ApiKey, provider: str, case_id: str, expires: datetime
+) -> str:
+    """A refund or an email proposed and dispatched under its own lease, as the gate leaves an
+    effect on a tier-3 target before the provider's webhook says how it went."""
+    from notary import services
+
+    action = ACTION_OF[provider]
+    lease = services.lease_grant(
+        tenant=tenant,
+        approver=approver,
+        case_id=case_id,
+        action=action,
+        expires_at=expires,
+        requested_by="support-bot",
+    )
+    proposal = Proposal(
+        case_id=case_id,
+        target=TARGET_OF[provider],
+        action=action,
+        payload={"amount_cents": 2000, "currency": "EUR", "to": "customer@example.com"},
+        lease_id=lease.lease_id,
+        tenant=tenant.slug,
+    )
+    proposed = services.effect_propose(
+        tenant=tenant,
+        effect_id=proposal.effect_id,
+        proposal=proposal.proposed_body([]),
+        dispatch_premises=[],
+    )
+    if proposed.dispatched is None:
+        raise SystemExit(f"{case_id}: not dispatched ({proposed.refusal})")
+    return proposal.effect_id
+
+
+def log_size() -> int:
+    from ledger.selectors import log_head
+    from notary.models import Tenant
+
+    return log_head(log=Tenant.objects.select_related("log").get(slug=TENANT).log).size
+
+
+# --- Redis --------------------------------------------------------------------------------------
+
+
+def own_redis(redis_url: str) -> redis.Redis:
+    """The bench's Redis database, flushed; db 0 (where a notary's own queue usually is) and a
+    URL naming no database are refused."""
+    path = urlsplit(redis_url).path.strip("/")
+    if not path.isdigit() or int(path) == 0:
+        raise SystemExit(f"refusing {redis_url}: name a Redis database of its own, not 0")
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    return client
+
+
+def queued(client: redis.Redis) -> int:
+    return int(client.llen(CELERY_QUEUE))
+
+
+# --- In process: where an accepted request's time goes ------------------------------------------
+
+_TABLE = re.compile(r'(?:FROM|INTO|UPDATE)\s+"(\w+)"')
+
+# What each SQL statement of the accept path is for.
+SQL_DOES = {
+    "SELECT webhooks_endpoint": "the endpoint, with its tenant and target",
+    "SELECT webhooks_endpointsecret": "its active secrets",
+    "SELECT webhooks_rawevent": "a verified event with this id stored before?",
+    "INSERT webhooks_rawevent": "store the event (BEGIN included)",
+}
+
+
+def sql_label(statement: str) -> str:
+    verb = statement.split(None, 1)[0].upper() if statement.strip() else "?"
+    found = _TABLE.search(statement)
+    return f"SQL {verb} {found.group(1)}" if found else f"SQL {verb}"
+
+
+@dataclass
+class Profile:
+    """Per request: the whole request in process, and the timed parts of it."""
+
+    totals: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)  # label -> [calls, seconds]
+
+
+def profile_in_process(
+    requests: Sequence[Request], warmup: Sequence[Request]
+) -> tuple[dict[str, Profile], list[float]]:
+    """The requests through the WSGI app in this process (httpx.WSGITransport), timing each SQL
+    statement, the ORM building it, the COMMIT, Django's connection health check, the
+    provider's signature check and the enqueue (ingest_event.delay, a publish to Redis) by
+    wrapping them. Also the floor through the same client: GET /healthz, as many times."""
+    from django.core.wsgi import get_wsgi_application
+    from django.db import connections
+    from django.db.models.sql.compiler import SQLCompiler, SQLInsertCompiler
+
+    from webhooks import providers, services
+
+    db = connections["default"]
+    current: dict[str, list[float]] = {}
+
+    def add(label: str, seconds: float) -> None:
+        part = current.setdefault(label, [0, 0.0])
+        part[0] += 1
+        part[1] += seconds
+
+    def timed_sql(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            add(sql_label(sql), time.perf_counter() - began)
+
+    inside: set[str] = set()  # labels being timed now: a nested call is not counted twice
+
+    def timed(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if label in inside:
+                return function(*args, **kwargs)
+            inside.add(label)
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                inside.discard(label)
+                add(label, time.perf_counter() - began)
+
+        return wrapper
+
+    profiles = {provider: Profile() for provider in PROVIDERS}
+    transport = httpx.WSGITransport(app=get_wsgi_application())
+    with ExitStack() as stack:
+        client = stack.enter_context(httpx.Client(transport=transport, base_url="http://127.0.0.1"))
+        stack.enter_context(db.execute_wrapper(timed_sql))
+        for target, name, label in (
+            (providers, "verify", "signature check (provider library)"),
+            (services, "_enqueue", "enqueue: ingest_event.delay, to Redis"),
+            (db, "_commit", "COMMIT"),
+            (db, "is_usable", "connection health check (SELECT 1)"),
+            (SQLCompiler, "as_sql", ORM_LABEL),
+            (SQLInsertCompiler, "as_sql", ORM_LABEL),
+        ):
+            stack.enter_context(
+                mock.patch.object(target, name, timed(label, getattr(target, name)))
+            )
+        for n, request in enumerate(
+            tqdm([*warmup, *requests], desc="in process", unit="request", file=sys.stderr)
+        ):
+            current = {}
+            began = time.perf_counter()
+            response = client.request(
+                request.method, request.path, content=request.body, headers=dict(request.headers)
+            )
+            seconds = time.perf_counter() - began
+            problem = answer_problem(request, response.status_code, response.content)
+            if problem is not None:
+                raise SystemExit(f"in process: {problem}")
+            if n < len(warmup):
+                continue
+            profile = profiles[request.label]
+            profile.totals.append(seconds)
+            for label, (calls, spent) in current.items():
+                part = profile.parts.setdefault(label, [0, 0.0])
+                part[0] += calls
+                part[1] += spent
+        floor = []
+        for _ in range(len(warmup) + len(requests)):
+            began = time.perf_counter()
+            client.get("/healthz").raise_for_status()
+            floor.append(time.perf_counter() - began)
+    return profiles, floor[len(warmup) :]
+
+
+# --- Ingestion: one Celery worker, and the direct baseline --------------------------------------
+
+
+@contextmanager
+def running_worker(redis_url: str, var_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`celery --app notary worker --pool solo` on the bench database and Redis database; its
+    output goes to celery.log in `var_dir`."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "notary.settings",
+        "REDIS_URL": redis_url,
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "NOTARY_VAR_DIR": str(var_dir),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "--app", "notary", "worker", "--pool", "solo",
+         "--loglevel", "warning", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=(var_dir / "celery.log").open("ab"),
+    )  # fmt: skip
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class Drain:
+    events: int
+    startup: float  # worker spawned -> first Ingestion row
+    seconds: float  # first Ingestion row -> last
+    # per event, after the worker's first ingestions were seen (its startup not counted)
+    worker_cpu: float
+    sessions: float  # PostgreSQL sessions opened
+
+    @property
+    def per_second(self) -> float:
+        return (self.events - 1) / self.seconds if self.seconds > 0 else float("nan")
+
+
+def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Drain:
+    """Start one worker on the backlog and wait until every queued event has its Ingestion."""
+    from webhooks.models import Ingestion
+
+    progress(f"starting a Celery worker (solo pool) on {expected:,} queued events")
+    spawned = time.time()
+    with (
+        running_worker(redis_url, var_dir) as worker,
+        tqdm(total=expected, desc="ingesting", unit="event", file=sys.stderr) as bar,
+    ):
+        done, moved = 0, time.monotonic()
+        first: tuple[int, float, int] | None = None  # done, worker CPU, PostgreSQL sessions
+        while done < expected:
+            if worker.poll() is not None:
+                raise SystemExit(f"the worker exited ({worker.returncode}):\n{tail(var_dir)}")
+            if time.monotonic() - moved > STALL_TIMEOUT:
+                raise SystemExit(f"no ingestion for {STALL_TIMEOUT:g} s:\n{tail(var_dir)}")
+            time.sleep(0.25)
+            now = Ingestion.objects.count()
+            if now != done:
+                bar.update(now - done)
+                done, moved = now, time.monotonic()
+                if first is None:
+                    first = (done, process_cpu(worker.pid), pg_sessions(database_url))
+        worker_cpu = process_cpu(worker.pid)
+        sessions = pg_sessions(database_url, settle=True)
+    assert first is not None
+    counted = max(expected - first[0], 1)
+    times = sorted(Ingestion.objects.values_list("ingested_at", flat=True))
+    return Drain(
+        events=len(times),
+        startup=times[0].timestamp() - spawned,
+        seconds=(times[-1] - times[0]).total_seconds(),
+        worker_cpu=(worker_cpu - first[1]) / counted,
+        sessions=(sessions - first[2]) / counted,
+    )
+
+
+def tail(var_dir: Path) -> str:
+    log = var_dir / "celery.log"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
+
+
+@dataclass(frozen=True)
+class Direct:
+    seconds: list[float]  # per event_ingest call
+    queries: list[int]
+    sql_seconds: list[float]
+    sessions: int  # PostgreSQL sessions opened meanwhile
+
+    @property
+    def per_second(self) -> float:
+        return len(self.seconds) / sum(self.seconds)
+
+
+def ingest_directly(requests: Sequence[Request], database_url: str, *, reconnect: bool) -> Direct:
+    """The baselines for the worker: the same events stored by services.event_receive without
+    queueing, then services.event_ingest called here, one after another, SQL counted; with
+    `reconnect`, the database connection closed after each call, as Celery's Django fixup does
+    around every task (its close_database, without CELERY_DB_REUSE_MAX)."""
+    from django.db import connection
+
+    from webhooks import services
+    from webhooks.models import Endpoint
+
+    endpoints = {endpoint.provider: endpoint for endpoint in Endpoint.objects.all()}
+    with mock.patch.object(services, "_enqueue", lambda raw_event_id: None):
+        stored = []
+        for request in requests:
+            event, new = services.event_receive(
+                endpoint=endpoints[request.label], body=request.body, headers=dict(request.headers)
+            )
+            if not (event.verified and new):
+                raise SystemExit(f"direct: {request.event_id} not stored as a new verified event")
+            stored.append(event.pk)
+    seconds, queries, sql_seconds = [], [], []
+    statements: list[float] = []
+
+    def timed_sql(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            statements.append(time.perf_counter() - began)
+
+    desc = "event_ingest, reconnecting" if reconnect else "event_ingest"
+    sessions = pg_sessions(database_url)
+    with connection.execute_wrapper(timed_sql):
+        for raw_event_id in tqdm(stored, desc=desc, unit="event", file=sys.stderr):
+            statements.clear()
+            began = time.perf_counter()
+            services.event_ingest(raw_event_id=raw_event_id)
+            if reconnect:
+                connection.close()
+            seconds.append(time.perf_counter() - began)
+            queries.append(len(statements))
+            sql_seconds.append(sum(statements))
+    connection.ensure_connection()
+    return Direct(seconds, queries, sql_seconds, pg_sessions(database_url, settle=True) - sessions)
+
+
+def pg_sessions(database_url: str, *, settle: bool = False) -> int:
+    """Sessions opened so far on the bench database (pg_stat_database, PostgreSQL 14+). Backends
+    report to the statistics at most once a second, so `settle` waits that out first."""
+    if settle:
+        time.sleep(1.5)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) - 1 if row else 0  # not counting this one
+
+
+# --- Correctness --------------------------------------------------------------------------------
+
+
+def check_ingestion(expected: dict[str, str], size_before: int, rng: random.Random) -> int:
+    """Every valid event ingested exactly once, onto its own effect, which ended settled on the
+    evidence; the log grew by exactly one OBSERVED and one COMMITTED entry per event. Returns
+    how many receipts were re-derived from the whole log."""
+    from gate_client.receipts import ReceiptError, derive_receipt, verify_receipt
+    from ledger.models import Entry
+    from ledger.selectors import iter_entries
+    from notary.models import Effect, Tenant
+    from webhooks.models import Ingestion, RawEvent
+
+    problems: list[str] = []
+    tenant = Tenant.objects.select_related("log").get(slug=TENANT)
+    stored = Counter(
+        RawEvent.objects.filter(verified=True).values_list("provider_event_id", flat=True)
+    )
+    if set(stored) != set(expected) or any(count != 1 for count in stored.values()):
+        problems.append(f"{len(stored)} verified events stored, {len(expected)} sent")
+    new = list(
+        Entry.objects.filter(log=tenant.log, seq__gte=size_before).values_list(
+            "kind", "effect_id", "seq"
+        )
+    )
+    observed = {effect_id: seq for kind, effect_id, seq in new if kind == "OBSERVED"}
+    kinds = Counter((kind, effect_id) for kind, effect_id, _ in new)
+    if len(new) != 2 * len(expected):
+        problems.append(f"the log grew by {len(new)} entries, not {2 * len(expected)}")
+    wrong_kinds = {kind for kind, _ in kinds} - {"OBSERVED", "COMMITTED"}
+    if wrong_kinds or any(count != 1 for count in kinds.values()):
+        problems.append(f"entries other than one OBSERVED and one COMMITTED per effect: {kinds}")
+    ingestions = list(
+        Ingestion.objects.values_list(
+            "raw_event__provider_event_id", "effect_id", "observed_seq", "outcome"
+        )
+    )
+    if len(ingestions) != len(expected):
+        problems.append(f"{len(ingestions)} Ingestion rows for {len(expected)} events")
+    for event_id, effect_id, seq, outcome in ingestions:
+        if expected.get(event_id) != effect_id or outcome != "committed_on_evidence":
+            problems.append(f"{event_id}: ingested onto {effect_id!r} as {outcome}")
+        elif observed.get(effect_id) != seq:
+            problems.append(
+                f"{event_id}: observed_seq {seq}, OBSERVED at {observed.get(effect_id)}"
+            )
+    states = Counter(
+        Effect.objects.filter(tenant=tenant, effect_id__in=expected.values()).values_list(
+            "state", flat=True
+        )
+    )
+    if states != Counter({SETTLED: len(expected)}):
+        problems.append(f"effect states {dict(states)}, not all {SETTLED}")
+    if problems:
+        raise SystemExit("ingestion miscount:\n" + "\n".join(problems[:10]))
+    entries = list(iter_entries(log=tenant.log))
+    sample = rng.sample(sorted(expected.values()), min(VERIFY_SAMPLE, len(expected)))
+    for effect_id in sample:
+        receipt = derive_receipt(entries, effect_id)
+        if receipt.final_state != SETTLED:
+            raise SystemExit(f"{effect_id}: receipt says {receipt.final_state}")
+        try:
+            verify_receipt(receipt, entries, origin=tenant.log.origin)
+        except ReceiptError as exc:
+            raise SystemExit(f"{effect_id}: receipt does not follow from the log: {exc}") from exc
+    return len(sample)
+
+
+# --- Tables -------------------------------------------------------------------------------------
+
+
+def ms(seconds: float) -> str:
+    return duration(seconds) if not math.isnan(seconds) else "n/a"
+
+
+def accept_table(runs: Sequence[Run]) -> str:
+    floor = runs[0]  # GET /healthz
+    rows = []
+    for run in runs:
+        stats = run.stats()
+        rows.append(
+            [
+                run.label,
+                str(run.clients),
+                f"{run.requests:,}",
+                f"{run.seconds:.2f}",
+                f"{run.per_second:,.0f}",
+                f"{run.per_second / floor.per_second:.2f}",
+                ms(stats.p50),
+                ms(stats.p99),
+                ms(stats.mean),
+            ]
+        )
+    return table(
+        [
+            "request",
+            "clients",
+            "requests",
+            "seconds",
+            "requests/s",
+            "x /healthz rate",
+            "p50",
+            "p99",
+            "mean",
+        ],
+        rows,
+    )
+
+
+def provider_table(runs: Sequence[Run]) -> str:
+    rows = []
+    for run in runs:
+        for label in sorted(run.timings):
+            if label == "GET /healthz":
+                continue
+            stats = run.stats(label)
+            rows.append([run.label, label, f"{stats.samples:,}", ms(stats.p50), ms(stats.p99)])
+    return table(["run", "provider", "requests", "p50", "p99"], rows)
+
+
+def cpu_table(runs: Sequence[Run]) -> str:
+    """CPU per request by process group, and the rate this machine's cores could sustain at
+    that cost if nothing else ran (the clients included, as they share the machine here)."""
+    cores = os.cpu_count() or 1
+
+    def per_request(run: Run, cpu: float | None) -> str:
+        return "n/a" if cpu is None else f"{cpu / run.requests * 1e3:.2f}"
+
+    rows = []
+    for run in runs:
+        used = run.clients_cpu + (run.server_cpu or 0.0) + (run.database_cpu or 0.0)
+        rows.append(
+            [
+                run.label,
+                per_request(run, run.clients_cpu),
+                per_request(run, run.server_cpu),
+                per_request(run, run.database_cpu),
+                per_request(run, used),
+                f"{used / run.seconds:.2f} of {cores}",
+                f"{cores * run.requests / used:,.0f}",
+            ]
+        )
+    return table(
+        [
+            "request",
+            "clients CPU ms/req",
+            "gunicorn CPU ms/req",
+            "PostgreSQL CPU ms/req",
+            "total CPU ms/req",
+            "cores busy",
+            "CPU-bound ceiling, req/s",
+        ],
+        rows,
+    )
+
+
+ORM_LABEL = "ORM: building the SQL (as_sql)"
+PART_ORDER = (
+    ORM_LABEL,
+    "connection health check (SELECT 1)",
+    "SQL SELECT webhooks_endpoint",
+    "SQL SELECT webhooks_endpointsecret",
+    "signature check (provider library)",
+    "SQL SELECT webhooks_rawevent",
+    "SQL INSERT webhooks_rawevent",
+    "COMMIT",
+    "enqueue: ingest_event.delay, to Redis",
+)
+
+
+def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
+    """Per part: calls and mean time per request for each provider, and its share of the
+    whole in-process request (both providers)."""
+    labels = [label for label in PART_ORDER if any(label in p.parts for p in profiles.values())]
+    labels += sorted({label for p in profiles.values() for label in p.parts} - set(labels))
+    whole = {provider: mean(p.totals) for provider, p in profiles.items()}
+    both = mean([t for p in profiles.values() for t in p.totals])
+
+    def per_request(provider: str, label: str) -> float:
+        profile = profiles[provider]
+        return profile.parts.get(label, [0, 0.0])[1] / max(len(profile.totals), 1)
+
+    rows = []
+    accounted = dict.fromkeys(PROVIDERS, 0.0)
+    for label in labels:
+        calls = {
+            p: profiles[p].parts.get(label, [0, 0.0])[0] / max(len(profiles[p].totals), 1)
+            for p in PROVIDERS
+        }
+        for provider in PROVIDERS:
+            accounted[provider] += per_request(provider, label)
+        share = statistics.fmean(per_request(p, label) for p in PROVIDERS) / both
+        rows.append(
+            [
+                label,
+                SQL_DOES.get(label.removeprefix("SQL "), ""),
+                "/".join(f"{calls[p]:g}" for p in PROVIDERS),
+                *(duration(per_request(p, label)) for p in PROVIDERS),
+                f"{share:.0%}",
+            ]
+        )
+    rest = {p: whole[p] - accounted[p] for p in PROVIDERS}
+    rows.append(
+        [
+            "the rest, not timed apart",
+            "WSGI, Django, view, headers, model objects, JSON",
+            "",
+            *(duration(rest[p]) for p in PROVIDERS),
+            f"{statistics.fmean(rest.values()) / both:.0%}",
+        ]
+    )
+    rows.append(
+        [
+            "whole request, in process (mean)",
+            "",
+            "",
+            *(duration(whole[p]) for p in PROVIDERS),
+            "100%",
+        ]
+    )
+    rows.append(
+        [
+            "whole request, in process (p50)",
+            "",
+            "",
+            *(duration(percentile(profiles[p].totals, 50)) for p in PROVIDERS),
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "floor: GET /healthz in process (mean)",
+            "WSGI, Django, no database",
+            "",
+            duration(mean(floor)),
+            duration(mean(floor)),
+            f"{mean(floor) / both:.0%}",
+        ]
+    )
+    return table(
+        ["part", "what for", "calls/req (stripe/resend)", "stripe", "resend", "share"], rows
+    )
+
+
+def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted: Run) -> str:
+    rows = [
+        [
+            "one Celery worker, solo pool (queue drained)",
+            f"{drained.events:,}",
+            f"{drained.seconds:.2f}",
+            f"{drained.per_second:,.0f}",
+            f"{drained.per_second / direct.per_second:.2f}",
+            duration(drained.seconds / max(drained.events - 1, 1)),
+            f"{drained.sessions:.2f}",
+            f"{drained.worker_cpu * 1e3:.2f}",
+        ]
+    ]
+    for label, run in (
+        ("event_ingest in process, connection closed after each", reconnecting),
+        ("baseline: event_ingest in process, one connection", direct),
+    ):
+        rows.append(
+            [
+                label,
+                f"{len(run.seconds):,}",
+                f"{sum(run.seconds):.2f}",
+                f"{run.per_second:,.0f}",
+                f"{run.per_second / direct.per_second:.2f}",
+                duration(mean(run.seconds)),
+                f"{run.sessions / len(run.seconds):.2f}",
+                "",
+            ]
+        )
+    return table(
+        [
+            "ingestion",
+            "events",
+            "seconds",
+            "events/s",
+            "x baseline",
+            "per event",
+            "PostgreSQL sessions opened/event",
+            "worker CPU ms/event",
+        ],
+        rows,
+    ) + (
+        "\n\nWorker: events/s = (events - 1) / (last Ingestion row - first); sessions from "
+        "pg_stat_database. Celery's Django fixup closes the database connection before and "
+        "after every task (CONN_MAX_AGE notwithstanding, unless CELERY_DB_REUSE_MAX is set); "
+        "the middle row does the same in process. "
+        f"Worker / accepted rate ({accepted.clients} clients): "
+        f"{drained.per_second / accepted.per_second:.2f}: keeping up with that intake takes "
+        f"{math.ceil(accepted.per_second / drained.per_second)} such workers, each with a core "
+        "to itself. Worker startup (spawned to its first Ingestion row): "
+        f"{drained.startup:.1f} s, not counted in the rate nor in the CPU. In process, "
+        "event_ingest ran "
+        f"{span(direct.queries)} SQL statements per event, "
+        f"{duration(mean(direct.sql_seconds))} of SQL execution (commit not included) of "
+        f"{duration(mean(direct.seconds))}."
+    )
+
+
+def span(values: Sequence[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def goals_table(accepted: Run) -> tuple[str, list[str]]:
+    p99 = accepted.stats().p99
+    rows = [
+        [
+            f">= {GOAL_ACCEPTED_PER_SECOND:,.0f} verified webhooks accepted/s, "
+            f"{accepted.clients} clients",
+            f"{accepted.per_second:,.0f}/s",
+            "met" if accepted.per_second >= GOAL_ACCEPTED_PER_SECOND else "NOT met",
+        ],
+        [
+            f"accept p99 < {GOAL_P99_SECONDS * 1e3:g} ms, {accepted.clients} clients",
+            duration(p99),
+            "met" if p99 < GOAL_P99_SECONDS else "NOT met",
+        ],
+    ]
+    plain = [f"{goal}: {verdict} ({measured})" for goal, measured, verdict in rows]
+    return table(["goal", "measured", "verdict"], rows), plain
+
+
+# --- Entry point --------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: a few events")
+    parser.add_argument(
+        "--events", type=int, help="valid events posted concurrently (default 3000)"
+    )
+    parser.add_argument("--clients", type=int, help="concurrent client processes (default 8)")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    parser.add_argument(
+        "--threads", type=int, default=8, help="threads per gunicorn worker (default 8)"
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL),
+        help="the bench database, dropped and recreated (default: BENCH_DATABASE_URL or "
+        f"{DEFAULT_DATABASE_URL})",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=DEFAULT_REDIS_URL,
+        help=f"a Redis database of the bench's own, flushed (default {DEFAULT_REDIS_URL})",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the database at the end")
+    args = parser.parse_args(argv)
+    base = PROFILES["quick" if args.quick else "default"]
+    sizes = Sizes(
+        events=args.events or base.events,
+        clients=args.clients or base.clients,
+        one_client=base.one_client,
+        profile=base.profile,
+        direct=base.direct,
+    )
+    if sizes.events < sizes.clients or sizes.clients < 1:
+        parser.error("--events must be at least --clients, and --clients at least 1")
+    return args, sizes
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args, sizes = parse_args(argv)
+    started = time.perf_counter()
+    load_at_start = os.getloadavg()[0]
+    rng = random.Random(SEED)
+    broker = own_redis(args.redis_url)
+    # This process stores and queues too (the in-process profile): the same Redis database and
+    # the same non-eager Celery as the served notary and the worker.
+    os.environ["REDIS_URL"] = args.redis_url
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"
+    batches = {
+        "warmup": WARMUP_PER_CLIENT * sizes.clients,
+        "accepted": sizes.events,
+        "one-client": sizes.one_client,
+        "profile-warmup": PROFILE_WARMUP,
+        "profile": sizes.profile,
+        "direct-reconnect": sizes.direct,
+        "direct": sizes.direct,
+    }
+    try:
+        with bench_database(args.database_url, args.keep):
+            setup_django(args.database_url)
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0)
+            endpoints, planned = prepare(batches)
+            size_before = log_size()
+            expected: dict[str, str] = {}  # event id -> effect id, every valid event
+
+            def valid(batch: str) -> list[Request]:
+                requests = sign_all(planned[batch], endpoints, batch)
+                expected.update(
+                    (r.event_id, p.effect_id) for r, p in zip(requests, planned[batch], strict=True)
+                )
+                return requests
+
+            with tempfile.TemporaryDirectory(prefix="bench_webhooks_") as tmp:
+                var_dir = Path(tmp)
+                runs = serve_and_post(args, sizes, var_dir, endpoints, valid)
+                profiles, floor = profile_in_process(valid("profile"), valid("profile-warmup"))
+                backlog = queued(broker)
+                if backlog != len(expected):
+                    raise SystemExit(f"{backlog} ingestion tasks queued for {len(expected)} events")
+                drained = drain(args.redis_url, var_dir, len(expected), args.database_url)
+                if (left := queued(broker)) != 0:
+                    raise SystemExit(f"{left} ingestion tasks left in the queue")
+                reconnecting = ingest_directly(
+                    valid("direct-reconnect"), args.database_url, reconnect=True
+                )
+                direct = ingest_directly(valid("direct"), args.database_url, reconnect=False)
+            verified = check_ingestion(expected, size_before, rng)
+            environment_rows = environment(args.database_url, load_at_start)
+    finally:
+        broker.flushdb()
+        broker.close()
+
+    accepted = next(run for run in runs if run.label.startswith("POST accepted"))
+    goals, verdicts = goals_table(accepted)
+    print("## Environment\n")
+    print(
+        table(
+            ["setting", "value"],
+            [
+                *environment_rows,
+                [
+                    "gunicorn",
+                    f"{args.workers} workers x {args.threads} threads (gthread), "
+                    "keep-alive 2 s, DEBUG=false",
+                ],
+                [
+                    "clients",
+                    f"{sizes.clients} processes, http.client, one kept-alive connection each, "
+                    "closed loop",
+                ],
+                ["Redis", f"{args.redis_url} (server {broker_version(args.redis_url)})"],
+                [
+                    "Celery",
+                    "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late",
+                ],
+            ],
+        )
+    )
+    print(f"\n## Accepting: {sizes.clients} concurrent clients, on gunicorn + PostgreSQL\n")
+    print(accept_table(runs))
+    print(
+        "\nLatency: client side, from sending the request to the last byte of its answer "
+        "(a 200 naming the event for accepted ones, a 400 for forged ones). requests/s = "
+        "requests / (last client's end - first client's start). Accepted events are half "
+        "Stripe refund events, half Resend email events, each naming its own dispatched "
+        f"effect; {WARMUP_PER_CLIENT} per client were posted untimed first.\n"
+    )
+    print(provider_table(runs[1:]))
+    print()
+    print(cpu_table(runs))
+    print(
+        "\nCPU during each run (from /proc): the client processes, the gunicorn master and "
+        "workers, and the PostgreSQL backends of the bench database (Redis not counted). "
+        "Ceiling = cores / total CPU per request."
+    )
+    print(f"\n## Where an accepted request's time goes (in process, {sizes.profile} requests)\n")
+    print(profile_table(profiles, floor))
+    print(
+        "\nThe WSGI app called in this process through httpx.WSGITransport: no network, no "
+        "gunicorn, one request at a time. SQL: execution time of each statement as Django runs "
+        "it (a round trip each; the INSERT includes the BEGIN psycopg sends first); ORM: Django "
+        "compiling the queries to SQL; COMMIT: the durable commit. share = mean of the two "
+        "providers over the whole request."
+    )
+    print("\n## Ingestion: one Celery worker on the queued backlog\n")
+    print(ingest_table(drained, reconnecting, direct, accepted))
+    print("\n## Goals\n")
+    print(goals)
+    print()
+    for verdict in verdicts:
+        print(f"- {verdict}")
+    total_valid = len(expected)
+    print(
+        f"\nCorrectness: every valid event ({total_valid:,}, warm-ups included) was answered "
+        "200 with its id and every forged one 400; every queued event was queued once and "
+        "ingested exactly once (one Ingestion row, one OBSERVED and one COMMITTED entry per "
+        f"effect, nothing else in the log); all {total_valid:,} effects ended {SETTLED}; "
+        f"{verified} receipts re-derived from the whole log with verify_receipt."
+    )
+    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
+
+
+def serve_and_post(
+    args: argparse.Namespace,
+    sizes: Sizes,
+    var_dir: Path,
+    endpoints: Endpoints,
+    valid: Callable[[str], list[Request]],
+) -> list[Run]:
+    """gunicorn on the bench database and Redis database; the client runs against it."""
+    settings = {"REDIS_URL": args.redis_url, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    progress(f"starting gunicorn: {args.workers} workers x {args.threads} threads")
+    try:
+        with running_notary(
+            args.database_url,
+            var_dir,
+            workers=args.workers,
+            threads=args.threads,
+            settings=settings,
+        ) as url:
+            clients = Clients(url, sizes.clients, args.database_url)
+            try:
+                warm = spread(valid("warmup"), sizes.clients)
+                clients.run("warm-up", [[healthz(), *job] for job in warm])
+                runs = [
+                    clients.run("GET /healthz", spread([healthz()] * sizes.events, sizes.clients)),
+                    clients.run(
+                        "POST forged (400)",
+                        spread(forged_requests(sizes.events, endpoints), sizes.clients),
+                    ),
+                    clients.run("POST accepted (200)", spread(valid("accepted"), sizes.clients)),
+                    clients.run(
+                        "POST accepted (200), 1 client",
+                        [valid("one-client")] + [[] for _ in range(sizes.clients - 1)],
+                    ),
+                ]
+            finally:
+                clients.close()
+    except BaseException:
+        log = var_dir / "gunicorn.log"
+        if log.exists():
+            tail_lines = log.read_text(errors="replace").splitlines()[-30:]
+            print("gunicorn.log, last lines:\n" + "\n".join(tail_lines), file=sys.stderr)
+        raise
+    return runs
+
+
+def broker_version(redis_url: str) -> str:
+    with redis.Redis.from_url(redis_url) as client:
+        return str(client.info("server").get("redis_version", "?"))
+
+
+if __name__ == "__main__":
+    main()
