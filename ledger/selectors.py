@@ -156,6 +156,22 @@ def tlog_proof(*, log: Log, index: int, size: int | None = None) -> TlogProof:
     )
 
 
+def tlog_proofs(*, log: Log, indexes: Iterable[int], checkpoint: Checkpoint) -> dict[int, str]:
+    """C2SP tlog-proof texts of many entries against one checkpoint, from one query for the
+    union of the subtrees they need (an export proves every entry it carries)."""
+    ranges = {index: merkle.inclusion_ranges(index, checkpoint.size) for index in indexes}
+    needed = set().union(*(merkle.nodes_for_ranges(r) for r in ranges.values()))
+    nodes = fetch_nodes(log=log, node_ids=needed)
+    return {
+        index: make_tlog_proof(
+            index=index,
+            hashes=merkle.hashes_for_ranges(path, nodes),
+            signed_checkpoint=checkpoint.note,
+        ).text()
+        for index, path in ranges.items()
+    }
+
+
 def iter_entries(*, log: Log, chunk_size: int = 2000) -> Generator[LedgerEntry]:
     """Entries in seq order through a server-side cursor; close() the iterator if you stop early."""
     rows = Entry.objects.filter(log=log).order_by("seq")

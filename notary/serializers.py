@@ -193,3 +193,14 @@ class EvidenceOutput(serializers.Serializer):  # type: ignore[type-arg]
     result_ref = serializers.CharField(allow_blank=True)
     evidence_seq = serializers.IntegerField(allow_null=True)
     window_ends_at = serializers.DateTimeField(allow_null=True)
+
+
+class ExportQueryInput(serializers.Serializer):  # type: ignore[type-arg]
+    from_ = serializers.DateTimeField(required=False, help_text="proposed at or after")
+    to = serializers.DateTimeField(required=False, help_text="proposed before")
+    state = serializers.CharField(max_length=100, required=False, help_text="or a prefix + *")
+
+    def to_internal_value(self, data: Any) -> Any:
+        """`from` is a Python keyword: read it into from_."""
+        renamed = {("from_" if key == "from" else key): value for key, value in data.items()}
+        return super().to_internal_value(renamed)

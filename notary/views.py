@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
+from django.http import StreamingHttpResponse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,6 +14,7 @@ from rest_framework.views import APIView
 
 from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
+from notary.exports import export_receipts
 from notary.models import Role
 from notary.serializers import (
     AttestationInput,
@@ -21,6 +26,7 @@ from notary.serializers import (
     EffectProposeInput,
     EntryOutput,
     EvidenceOutput,
+    ExportQueryInput,
     LeaseGrantInput,
     LeaseOutput,
     LeaseRevokeInput,
@@ -238,3 +244,30 @@ class EffectEvidenceView(APIView):
             tenant=_principal(request).tenant, effect_id=effect_id, now=timezone.now()
         )
         return Response(EvidenceOutput(evidence).data)
+
+
+class ExportReceiptsView(APIView):
+    permission_classes = [role_required(Role.AUDITOR)]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", OpenApiTypes.DATETIME, description="proposed at or after"),
+            OpenApiParameter("to", OpenApiTypes.DATETIME, description="proposed before"),
+            OpenApiParameter("state", str, description="final state, or a prefix ending in *"),
+        ],
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        """The tenant's receipts as an interlock-receipts-export/v1 stream (JSON Lines)."""
+        given = ExportQueryInput(data=request.query_params)
+        given.is_valid(raise_exception=True)
+        lines = export_receipts(
+            tenant=_principal(request).tenant,
+            since=given.validated_data.get("from_"),
+            until=given.validated_data.get("to"),
+            state=given.validated_data.get("state"),
+        )
+        first = next(lines)  # the header: a log with no checkpoint is refused before streaming
+        return StreamingHttpResponse(
+            itertools.chain([first], lines), content_type="application/x-ndjson"
+        )

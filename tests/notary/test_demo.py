@@ -44,6 +44,8 @@ def test_demo_walks_a_refund_through_the_notary_on_sqlite(tmp_path: Path) -> Non
     assert re.search(r"settles it: COMMITTED_ON_EVIDENCE, citing ledger entry \d+\.", out)
     assert "Emails sent: 1; the restarted agent had 0 effects left to recover." in out
     assert re.search(r"^OK \S+: 10 entries, \d+ Merkle nodes, 1 signed checkpoints", out, re.M)
+    assert "completeness: OK  every entry of [0, 10) present once, in order" in out
+    assert re.search(r"^  COMMITTED_ON_EVIDENCE +1$", out, re.M)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import json
 import os
 import secrets
@@ -48,6 +49,7 @@ from ledger.core.checkpoint import log_verifier, parse_tlog_proof
 from ledger.core.entries import entry_from_leaf, format_timestamp
 from ledger.core.note import parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
+from ledger.selectors import signing_keys
 from notary import services
 from notary.models import Tenant
 from webhooks import services as webhook_services
@@ -97,6 +99,31 @@ class Command(BaseCommand):
             self._settle_by_webhook(notary_url, tenant, tokens, emails.url, Path(emails.store))
         self._say("8. Full verification of the tenant's log (chain, tree, checkpoints):")
         call_command("verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout)
+        self._audit(tenant)
+
+    def _audit(self, tenant: Tenant) -> None:
+        """An auditor's export of every receipt, checked by the offline verifier with the
+        notary's published key, in a process that has neither Django nor a network."""
+        ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key())
+        export = settings.VAR_DIR / f"receipts-{tenant.slug}.jsonl"
+        call_command(
+            "export_receipts",
+            tenant=tenant.slug,
+            out=export,
+            no_progress=True,
+            stdout=io.StringIO(),
+        )
+        vkeys = [arg for key in signing_keys() for arg in ("--vkey", key.vkey)]
+        verified = subprocess.run(
+            [sys.executable, "-m", "gate_client.verify", str(export), *vkeys],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        self._say(f"9. The auditor's export, {export.name}, checked offline with the key alone:")
+        self.stdout.write(verified.stdout.rstrip())
+        if verified.returncode != 0:
+            raise CommandError(f"the export did not verify: {verified.stderr}")
 
     def _walk_through(
         self, notary_url: str, service_url: str, store: Path

@@ -1,0 +1,338 @@
+"""Verify a receipts export offline: no Django, no network, only the export and trusted keys.
+
+    python -m gate_client.verify EXPORT --vkey VKEY [--vkey VKEY ...]
+
+Four separate verdicts:
+- authenticity: the export's checkpoint is signed by a key the auditor trusts (--vkey, given
+  as many times as the notary has rotated keys), for the log the export names;
+- integrity: every entry's bytes are proved included in that checkpoint's tree, and every
+  receipt's fields re-derive from its entries;
+- completeness: the export covers its stated seq range with every entry present exactly once,
+  in order, up to a footer that counts what came before it;
+- outcomes: how many receipts ended in each final state.
+It exits 0 when the first three hold, and 1 naming the first bad line and receipt otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gate_client.receipts import ReceiptError, derive_receipt
+from ledger.core.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    log_verifier,
+    open_checkpoint,
+    parse_tlog_proof,
+)
+from ledger.core.entries import Entry, EntryError, entry_from_leaf
+from ledger.core.merkle import ProofError, leaf_hash, verify_inclusion
+from ledger.core.note import NoteError, Verifier, parse_vkey
+
+EXPORT_FORMAT = "interlock-receipts-export/v1"
+VERDICTS = ("authenticity", "integrity", "completeness")
+
+
+class Failure(Exception):
+    def __init__(self, verdict: str, where: str, detail: str) -> None:
+        super().__init__(f"{verdict}: {where}: {detail}")
+        self.verdict = verdict
+        self.where = where
+        self.detail = detail
+
+
+@dataclass
+class Report:
+    origin: str = ""
+    size: int = 0
+    receipts: int = 0
+    entries: int = 0  # entry lines
+    proved: int = 0  # entries proved in the tree, copies included
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+
+def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report:
+    """Check an export line by line; raise Failure at the first thing wrong."""
+    numbered = enumerate(lines, start=1)
+    header = _header(next(numbered, (1, b""))[1])
+    origin = header["origin"]
+    keys = [log_verifier(origin, key) for key in trusted]
+    try:
+        checkpoint = open_checkpoint(header["checkpoint"], keys, origin=origin)
+    except CheckpointError as exc:
+        raise Failure("authenticity", "line 1", str(exc)) from exc
+    try:
+        own = [log_verifier(origin, parse_vkey(vkey)) for vkey in header["vkeys"]]
+        for key in own:
+            open_checkpoint(header["checkpoint"], [key], origin=origin)
+    except (NoteError, CheckpointError, TypeError, KeyError) as exc:
+        raise Failure("authenticity", "line 1", f"the export's own vkeys: {exc}") from exc
+    first, end = header["range"]["first"], header["range"]["end"]
+    if (first, end) != (0, checkpoint.size):
+        raise Failure("authenticity", "line 1", f"range {first}..{end} is not the checkpoint's")
+    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header))
+    report = Report(origin=origin, size=checkpoint.size)
+    for number, raw in numbered:
+        where = f"line {number}"
+        if state.finished:
+            raise Failure("completeness", where, "a line after the footer")
+        record = _record(raw, where)
+        kind = record.get("type")
+        if kind == "receipt":
+            final_state = state.receipt(record, where)
+            report.receipts += 1
+            report.outcomes[final_state] += 1
+        elif kind == "entry":
+            state.entry(record, where)
+            report.entries += 1
+        elif kind == "footer":
+            if (record.get("receipts"), record.get("entries")) != (report.receipts, report.entries):
+                raise Failure("completeness", where, "the footer's counts are not the lines'")
+            state.finished = True
+        else:
+            raise Failure("integrity", where, f"unknown line type {kind!r}")
+        if number % 10_000 == 0 and sys.stderr.isatty():
+            print(f"\r{number:,} lines verified", end="", file=sys.stderr, flush=True)
+    state.complete()
+    report.proved = state.proved
+    return report
+
+
+class _Walk:
+    """What has been seen so far: one bit per seq, the copies of lease entries to match with
+    their homes, and the last effect id and seq, which must only grow."""
+
+    def __init__(self, note: str, checkpoint: Checkpoint, wanted: _Filter) -> None:
+        self.note = note
+        self.checkpoint = checkpoint
+        self.wanted = wanted
+        self.seen = bytearray(checkpoint.size)
+        self.copies: dict[int, bytes] = {}
+        self.last_effect = ""
+        self.last_seq = -1
+        self.finished = False
+        self.proved = 0
+
+    def receipt(self, record: dict[str, Any], where: str) -> str:
+        effect_id = record.get("effect_id")
+        if not isinstance(effect_id, str) or not isinstance(record.get("entries"), list):
+            raise Failure("integrity", where, "a receipt line needs effect_id and entries")
+        where = f"{where}, receipt {effect_id}"
+        entries = [self._proved(item, where) for item in record["entries"]]
+        if [e.seq for e in entries] != sorted({e.seq for e in entries}):
+            raise Failure("integrity", where, "its entries are not in seq order, once each")
+        for entry in entries:
+            if entry.effect_id == effect_id:
+                self._home(entry, where)
+            else:
+                self._copy(entry, where)
+        stated = record.get("receipt")
+        try:
+            derived = derive_receipt(entries, effect_id).to_dict()
+        except ReceiptError as exc:
+            raise Failure("integrity", where, str(exc)) from exc
+        derived["entry_seqs"] = list(derived["entry_seqs"])
+        proposed = next(e for e in entries if e.effect_id == effect_id and e.kind == "PROPOSED")
+        if not self.wanted.admits(proposed, derived["final_state"]):
+            raise Failure("integrity", where, "the receipt does not match the stated filter")
+        if self.last_seq >= 0:
+            raise Failure("completeness", where, "a receipt line after the entry lines")
+        if effect_id <= self.last_effect:
+            raise Failure("completeness", where, "receipt lines are not in effect id order")
+        self.last_effect = effect_id
+        if stated != derived:
+            differing = sorted(
+                k for k in derived if not isinstance(stated, dict) or stated.get(k) != derived[k]
+            )
+            raise Failure(
+                "integrity", where, f"{', '.join(differing)} do not follow from its entries"
+            )
+        return str(derived["final_state"])
+
+    def entry(self, record: dict[str, Any], where: str) -> None:
+        entry = self._proved(record, where)
+        where = f"{where}, entry {entry.seq}"
+        if entry.seq <= self.last_seq:
+            raise Failure("completeness", where, "entry lines are not in seq order")
+        self.last_seq = entry.seq
+        if entry.kind == "PROPOSED" and self.wanted.admits_any_state(entry):
+            raise Failure(
+                "completeness", where, f"{entry.effect_id} matches the filter, no receipt"
+            )
+        self._home(entry, where)
+
+    def complete(self) -> None:
+        if not self.finished:
+            raise Failure("completeness", "end of export", "no footer: the export was cut short")
+        missing = self.seen.find(0)
+        if missing >= 0:
+            raise Failure("completeness", "end of export", f"entry {missing} is missing")
+
+    def _proved(self, item: Any, where: str) -> Entry:
+        """The entry in `item`, proved included in the checkpoint's tree."""
+        try:
+            leaf = base64.b64decode(item["leaf"], validate=True)
+            entry = entry_from_leaf(leaf)
+            proof = parse_tlog_proof(item["proof"])
+        except (KeyError, TypeError, binascii.Error, EntryError, CheckpointError) as exc:
+            raise Failure("integrity", where, f"unreadable entry: {exc}") from exc
+        if item.get("seq") != entry.seq or proof.index != entry.seq:
+            raise Failure("integrity", where, f"entry {entry.seq} is labelled as another seq")
+        if proof.signed_checkpoint != self.note:
+            raise Failure("integrity", where, f"entry {entry.seq} is proved against another tree")
+        try:
+            verify_inclusion(
+                leaf_hash=leaf_hash(leaf),
+                index=entry.seq,
+                size=self.checkpoint.size,
+                proof=proof.hashes,
+                root=self.checkpoint.root,
+            )
+        except ProofError as exc:
+            raise Failure(
+                "integrity", where, f"entry {entry.seq} is not in the tree: {exc}"
+            ) from exc
+        self.proved += 1
+        return entry
+
+    def _home(self, entry: Entry, where: str) -> None:
+        if self.seen[entry.seq]:
+            raise Failure("completeness", where, f"entry {entry.seq} appears twice")
+        self.seen[entry.seq] = 1
+        copy = self.copies.pop(entry.seq, None)
+        if copy is not None and copy != entry.entry_hash:
+            raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
+
+    def _copy(self, entry: Entry, where: str) -> None:
+        if self.seen[entry.seq] or entry.seq in self.copies:
+            known = self.copies.get(entry.seq)
+            if known is not None and known != entry.entry_hash:
+                raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
+            return
+        self.copies[entry.seq] = entry.entry_hash
+
+
+@dataclass(frozen=True)
+class _Filter:
+    """The export's stated selection: proposed in [since, until), final state `state` (a prefix
+    when it ends in *). Receipt lines must match it; with no state in it, an effect left to
+    entry lines must not (its state would need all its entries at once to judge)."""
+
+    since: datetime | None
+    until: datetime | None
+    state: str | None
+
+    @classmethod
+    def of(cls, header: dict[str, Any]) -> _Filter:
+        try:
+            stated = header["filter"]
+            since, until = (_moment(stated[key]) for key in ("from", "to"))
+            state = stated["state"]
+            if state is not None and not isinstance(state, str):
+                raise TypeError("state is not a string")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Failure("authenticity", "line 1", f"unreadable filter: {exc}") from exc
+        return cls(since, until, state)
+
+    def admits(self, proposed: Entry, final_state: str) -> bool:
+        if not self._in_time(proposed):
+            return False
+        if self.state is None:
+            return True
+        if self.state.endswith("*"):
+            return final_state.startswith(self.state[:-1])
+        return final_state == self.state
+
+    def admits_any_state(self, proposed: Entry) -> bool:
+        return self.state is None and self._in_time(proposed)
+
+    def _in_time(self, proposed: Entry) -> bool:
+        at = proposed.created_at
+        return (self.since is None or at >= self.since) and (self.until is None or at < self.until)
+
+
+def _moment(text: Any) -> datetime | None:
+    if text is None:
+        return None
+    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return moment
+
+
+def _header(raw: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(raw)
+        ok = isinstance(header, dict) and header.get("type") == "header"
+        ok = ok and header.get("format") == EXPORT_FORMAT
+        ok = (
+            ok
+            and isinstance(header.get("origin"), str)
+            and isinstance(header.get("checkpoint"), str)
+        )
+        ok = (
+            ok
+            and isinstance(header["range"]["first"], int)
+            and isinstance(header["range"]["end"], int)
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Failure("authenticity", "line 1", f"no readable header: {exc}") from exc
+    if not ok:
+        raise Failure("authenticity", "line 1", f"not an {EXPORT_FORMAT} header")
+    return dict(header)
+
+
+def _record(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise Failure("integrity", where, f"not JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise Failure("integrity", where, "not a JSON object")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gate_client.verify", description=__doc__)
+    parser.add_argument("export", type=Path, help="a receipts export (JSON Lines)")
+    parser.add_argument("--vkey", action="append", required=True, help="a trusted key (repeat)")
+    args = parser.parse_args(argv)
+    try:
+        trusted = [parse_vkey(vkey) for vkey in args.vkey]
+    except NoteError as exc:
+        parser.error(f"--vkey: {exc}")
+    with args.export.open("rb") as export:
+        try:
+            report = verify_export((line.rstrip(b"\n") for line in export), trusted)
+        except Failure as failure:
+            for verdict in VERDICTS:
+                if verdict == failure.verdict:
+                    print(f"{verdict}: FAIL at {failure.where}: {failure.detail}")
+                elif verdict == "authenticity":
+                    print("authenticity: OK  checkpoint signed by a trusted key")
+                else:
+                    print(f"{verdict}: not decided: verification stops at the first failure")
+            return 1
+    print(f"authenticity: OK  checkpoint of {report.origin} at size {report.size}, trusted key")
+    print(
+        f"integrity: OK  {report.receipts:,} receipts re-derived from their entries, "
+        f"{report.proved:,} entries proved in the tree"
+    )
+    print(f"completeness: OK  every entry of [0, {report.size}) present once, in order")
+    print("outcomes:")
+    for state, count in sorted(report.outcomes.items()):
+        print(f"  {state:<34} {count:>8,}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,166 @@
+"""Receipts exported for auditors, who verify them offline (`python -m gate_client.verify`).
+
+The format, interlock-receipts-export/v1, is JSON Lines, one object a line:
+
+- `header`: the log's origin, one signed checkpoint (a C2SP signed note) of size N, the range
+  the export covers, [0, N), the filter, and the vkeys the notary publishes. The auditor trusts
+  only the vkeys it was given; the verifier still requires the export's own to verify the
+  checkpoint, and every receipt line to match the filter.
+- `receipt` lines, in ascending effect id: the receipt as of the checkpoint, and every entry it
+  derives from, each as its exact bytes (base64) with a C2SP tlog-proof against that checkpoint.
+  An effect's own entries live here; its lease's entries come along as copies.
+- `entry` lines, in ascending seq: every other entry of the range (leases, effects the filter
+  left out), with its proof. So each seq of the range has exactly one home, and an auditor can
+  tell that nothing was left out.
+- `footer`: how many receipt and entry lines came before it.
+
+It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
+log (beyond one bit per entry, to know which entries a receipt line already carried)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from gate_client.receipts import derive_receipt
+from ledger.core.checkpoint import log_verifier
+from ledger.core.entries import Entry as LedgerEntry
+from ledger.core.entries import format_timestamp
+from ledger.core.note import parse_vkey
+from ledger.models import Checkpoint, Entry
+from ledger.selectors import entries_at, latest_checkpoint, signing_keys, tlog_proofs
+from notary.models import Effect, Lease, Tenant
+from notary.services import NotaryConflict
+
+EXPORT_FORMAT = "interlock-receipts-export/v1"
+_CHUNK = 500
+
+
+def export_receipts(
+    *,
+    tenant: Tenant,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    state: str | None = None,
+) -> Iterator[str]:
+    """The export's lines (each ending in a newline) for the effects proposed in [since, until)
+    whose state as of the latest signed checkpoint is `state` (a prefix when it ends in `*`)."""
+    log = tenant.log
+    checkpoint = latest_checkpoint(log=log)
+    if checkpoint is None:
+        raise NotaryConflict("no_checkpoint", f"log {log.origin} has no signed checkpoint yet")
+    end = checkpoint.size
+    yield _line(
+        {
+            "type": "header",
+            "format": EXPORT_FORMAT,
+            "origin": log.origin,
+            "checkpoint": checkpoint.note,
+            "vkeys": [log_verifier(log.origin, parse_vkey(k.vkey)).vkey for k in signing_keys()],
+            "range": {"first": 0, "end": end},
+            "filter": {
+                "from": format_timestamp(since) if since else None,
+                "to": format_timestamp(until) if until else None,
+                "state": state,
+            },
+        }
+    )
+    carried = bytearray(end)  # 1 where a receipt line is the entry's home
+    effects = Effect.objects.filter(tenant=tenant, proposed_seq__lt=end)
+    if since is not None:
+        effects = effects.filter(proposed_at__gte=since)
+    if until is not None:
+        effects = effects.filter(proposed_at__lt=until)
+    ids = effects.order_by("effect_id").values_list("effect_id", "lease_id")
+    receipts = entries = 0
+    for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
+        for line in _receipt_lines(tenant, checkpoint, chunk, state, carried):
+            receipts += 1
+            yield line
+    others = Entry.objects.filter(log=log, seq__lt=end).order_by("seq")
+    for rows in _chunks(others.iterator(chunk_size=2000), 2000):
+        homeless = [row.as_ledger_entry() for row in rows if not carried[row.seq]]
+        proofs = tlog_proofs(log=log, indexes=[e.seq for e in homeless], checkpoint=checkpoint)
+        for entry in homeless:
+            entries += 1
+            yield _line({"type": "entry", **_proved(entry, proofs)})
+    yield _line({"type": "footer", "receipts": receipts, "entries": entries})
+
+
+def _receipt_lines(
+    tenant: Tenant,
+    checkpoint: Checkpoint,
+    chunk: list[tuple[str, str]],
+    state: str | None,
+    carried: bytearray,
+) -> Iterator[str]:
+    log, end = tenant.log, checkpoint.size
+    histories: dict[str, list[LedgerEntry]] = {effect_id: [] for effect_id, _ in chunk}
+    rows = Entry.objects.filter(log=log, effect_id__in=list(histories), seq__lt=end)
+    for row in rows.order_by("seq"):
+        histories[row.effect_id].append(row.as_ledger_entry())
+    leases = Lease.objects.filter(tenant=tenant, lease_id__in={lease for _, lease in chunk})
+    seqs = [s for lease in leases for s in (lease.granted_seq, lease.revoked_seq) if s is not None]
+    by_seq = {e.seq: e for e in entries_at(log=log, seqs=[s for s in seqs if s < end])}
+    lease_entries = {
+        lease.lease_id: [
+            by_seq[s] for s in (lease.granted_seq, lease.revoked_seq) if s is not None and s < end
+        ]
+        for lease in leases
+    }
+    lines = []
+    for effect_id, lease_id in chunk:
+        journal = sorted([*histories[effect_id], *lease_entries.get(lease_id, [])], key=_seq)
+        receipt = derive_receipt(journal, effect_id)
+        if state is not None and not _matches(receipt.final_state, state):
+            continue
+        for entry in histories[effect_id]:
+            carried[entry.seq] = 1
+        lines.append((effect_id, receipt.to_dict(), journal))
+    needed = {e.seq for _, _, journal in lines for e in journal}
+    proofs = tlog_proofs(log=log, indexes=needed, checkpoint=checkpoint)
+    for effect_id, receipt_fields, journal in lines:
+        yield _line(
+            {
+                "type": "receipt",
+                "effect_id": effect_id,
+                "receipt": receipt_fields,
+                "entries": [_proved(e, proofs) for e in journal],
+            }
+        )
+
+
+def _proved(entry: LedgerEntry, proofs: dict[int, str]) -> dict[str, Any]:
+    return {
+        "seq": entry.seq,
+        "leaf": base64.b64encode(entry.leaf_bytes()).decode("ascii"),
+        "proof": proofs[entry.seq],
+    }
+
+
+def _matches(final_state: str, wanted: str) -> bool:
+    if wanted.endswith("*"):
+        return final_state.startswith(wanted[:-1])
+    return final_state == wanted
+
+
+def _seq(entry: LedgerEntry) -> int:
+    return entry.seq
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
