@@ -4,6 +4,7 @@ the ledger is edited here: a decision or a revocation is a ledger entry written 
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -11,14 +12,22 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
+from notary.exports import export_receipts
 from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, Target, Tenant
+from notary.services import NotaryConflict
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -146,6 +155,29 @@ class LeaseAdmin(ReadOnlyAdmin):
 class TenantAdmin(ReadOnlyAdmin):
     list_display = ["slug", "name", "log", "created_at"]
     fields = ["slug", "name", "log", "created_at"]
+    actions = ["export_receipts"]
+
+    @admin.action(description="Download the receipts export (for auditors)", permissions=["view"])
+    def export_receipts(
+        self, request: HttpRequest, queryset: QuerySet[Tenant]
+    ) -> StreamingHttpResponse | None:
+        """The tenant's receipts as interlock-receipts-export/v1, streamed: check it with
+        `python -m gate_client.verify FILE --vkey VKEY`."""
+        if queryset.count() != 1:
+            messages.error(request, "Choose one tenant: an export covers one log.")
+            return None
+        tenant = queryset.select_related("log").get()
+        try:
+            lines = export_receipts(tenant=tenant)
+            first = next(lines)
+        except NotaryConflict as refused:
+            messages.error(request, refused.detail)
+            return None
+        response = StreamingHttpResponse(
+            itertools.chain([first], lines), content_type="application/x-ndjson"
+        )
+        response["Content-Disposition"] = f'attachment; filename="receipts-{tenant.slug}.jsonl"'
+        return response
 
 
 @admin.register(Target)

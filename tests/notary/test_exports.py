@@ -12,14 +12,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
 from ledger.core.note import Signer
 from notary import services
 from notary.exports import export_receipts
+from notary.groups import AUDITORS
 from notary.models import Tenant
 from tests.notary.conftest import client_for
 from tests.notary.effects import dispatched, register
@@ -163,3 +166,17 @@ def test_the_api_streams_an_export_to_auditors_only(
     empty = client_for(globex, "auditor", "gary").get("/v1/exports/receipts")
     assert empty.status_code == 409
     assert empty.json()["error"] == "no_checkpoint"
+
+
+def test_an_auditor_downloads_the_export_from_the_admin(shop: Tenant, signer: Signer) -> None:
+    auditor = User.objects.create_user("audrey", password="pw", is_staff=True)
+    auditor.groups.add(Group.objects.get(name=AUDITORS))
+    browser = Client()
+    browser.force_login(auditor)
+    answer = browser.post(
+        "/admin/notary/tenant/", {"action": "export_receipts", "_selected_action": [shop.pk]}
+    )
+    assert answer.status_code == 200
+    assert answer["Content-Disposition"] == 'attachment; filename="receipts-acme.jsonl"'
+    lines = b"".join(answer.streaming_content).splitlines()
+    assert verify_export(lines, [signer.verifier]).receipts == 5
