@@ -33,15 +33,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import queue
 import random
 import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,20 +47,28 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tqdm import tqdm
 
 # The script lives in experiments/; the spawned agents import it too, so this runs in each.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.bench_ledger import environment, progress, recreate_database, setup_django, table
+from experiments import notary_bench
+from experiments.bench_ledger import progress, setup_django, table
+from experiments.notary_bench import (
+    LoadRun,
+    Ready,
+    Stats,
+    bench_database,
+    duration,
+    mean,
+    percentile,
+    span,
+)
 from gate_client.gate import Gate
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt
 from gate_client.targets import Found, Sent, Tier
-from tests.notary_server import running_notary
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -78,9 +84,7 @@ GOAL_P50_OVERHEAD_MS = 5.0
 GOAL_EFFECTS_PER_SECOND = 500.0
 VERIFY_SAMPLE = 20  # receipts per phase re-derived from their whole log
 TICK = 10  # an agent reports progress every TICK effects
-# Spawning agents on a busy 2-core machine takes seconds; one that never answers must not hang
-# the run forever.
-START_TIMEOUT = 120.0
+CPU_COLUMNS = notary_bench.CpuColumns("tenancy", "agents", "effect", "effects/s", digits=1)
 SEED = 2119
 
 
@@ -212,14 +216,7 @@ class TimedTransport(httpx.BaseTransport):
             from django.db import connection
 
             statements: list[float] = []
-
-            def timed(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-                began = time.perf_counter()
-                try:
-                    return execute(sql, params, many, context)
-                finally:
-                    statements.append(time.perf_counter() - began)
-
+            timed = notary_bench.sql_timer(lambda _statement, seconds: statements.append(seconds))
             with connection.execute_wrapper(timed):
                 response, content = self._send(request)
             seconds = time.perf_counter() - started
@@ -250,48 +247,7 @@ class TimedTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-# --- Statistics and formatting ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stats:
-    samples: int
-    p50: float
-    p99: float
-    mean: float
-
-    @classmethod
-    def of(cls, seconds: Sequence[float]) -> Stats:
-        return cls(len(seconds), percentile(seconds, 50), percentile(seconds, 99), mean(seconds))
-
-
-def percentile(samples: Sequence[float], q: float) -> float:
-    """Nearest rank: the p99 of 500 samples is the 495th smallest."""
-    ordered = sorted(samples)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
-
-
-def mean(samples: Sequence[float]) -> float:
-    return statistics.fmean(samples) if samples else float("nan")
-
-
-def duration(seconds: float) -> str:
-    if abs(seconds) < 1e-5:
-        return f"{seconds * 1e6:.2f} us"
-    return f"{seconds * 1e3:.2f} ms"
-
-
 # --- Database, tenants, keys and leases -------------------------------------------------------
-
-
-def drop_database(database_url: str) -> None:
-    name = str(conninfo_to_dict(database_url).get("dbname", ""))
-    maintenance = make_conninfo(database_url, dbname="postgres")
-    with psycopg.connect(maintenance, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 @dataclass(frozen=True)
@@ -617,7 +573,7 @@ def profile_table(lat: Latency) -> str:
                 duration(mean(seconds)),
                 f"{share / lat.submit.mean:.0%}",
                 duration(percentile([c.seconds for c in local], 50)) if local else "",
-                span(sorted({c.queries or 0 for c in local})),
+                span([c.queries or 0 for c in local]),
                 duration(mean([c.sql_seconds or 0.0 for c in local])) if local else "",
             ]
         )
@@ -666,18 +622,7 @@ def profile_table(lat: Latency) -> str:
     )
 
 
-def span(values: Sequence[int]) -> str:
-    if not values:
-        return ""
-    return str(values[0]) if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
-
-
 # --- Throughput: agent processes started together ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ready:
-    agent: str
 
 
 @dataclass(frozen=True)
@@ -700,9 +645,7 @@ def agent_main(url: str, agent: Agent, go: Event, results: Queue[Report]) -> Non
         with NotaryJournal(url, agent.token) as journal:
             gate = open_gate(journal, NoopTarget())
             proposals = [proposal(agent.tenant, case) for case in agent.cases]
-            results.put(Ready(name))
-            if not go.wait(START_TIMEOUT):
-                raise TimeoutError("no start signal")
+            notary_bench.wait_for_go(name, results, go)
             cpu = time.process_time()
             start = time.time()
             receipts = []
@@ -719,19 +662,11 @@ def agent_main(url: str, agent: Agent, go: Event, results: Queue[Report]) -> Non
 
 
 @dataclass(frozen=True)
-class Throughput:
-    label: str
-    agents: int
-    effects: int
-    entries: int
-    seconds: float
-    agents_cpu: float
-    server_cpu: float | None
-    database_cpu: float | None
+class Throughput(LoadRun):
+    """A throughput run: its count is of effects, its load the agents' processes."""
 
-    @property
-    def per_second(self) -> float:
-        return self.effects / self.seconds
+    agents: int
+    entries: int
 
 
 def run_agents(
@@ -751,32 +686,24 @@ def run_agents(
     progress(f"{label}: starting {len(agents)} agent processes")
     for process in processes:
         process.start()
-    finished: list[AgentResult] = []
     try:
-        collect(results, len(agents), lambda report: isinstance(report, Ready))
+        notary_bench.collect_ready(results, len(agents), "agent")
         slugs = sorted({agent.tenant for agent in agents})
         before = log_sizes(slugs)
-        cpu_before = server_cpu(database_url)
-        go.set()
-        total = sum(len(agent.cases) for agent in agents)
-        with tqdm(total=total, desc=label, unit="effect", file=sys.stderr) as bar:
-
-            def done(report: Report) -> bool:
-                if isinstance(report, int):
-                    bar.update(report)
-                    return False
-                if isinstance(report, AgentResult):
-                    finished.append(report)
-                    return True
-                return False
-
-            collect(results, len(agents), done)
-        cpu_after = server_cpu(database_url)
+        run = notary_bench.go_and_collect(
+            results,
+            go,
+            len(agents),
+            AgentResult,
+            label=label,
+            total=sum(len(agent.cases) for agent in agents),
+            unit="effect",
+            who="agent",
+            database_url=database_url,
+        )
     finally:
-        for process in processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.terminate()
+        notary_bench.stop(processes)
+    finished = run.results
     receipts = [(r.tenant, receipt) for r in finished for receipt in r.receipts]
     problems = [p for _, receipt in receipts if (p := receipt_problem(receipt)) is not None]
     if problems:
@@ -792,98 +719,19 @@ def run_agents(
     return (
         Throughput(
             label=label,
-            agents=len(agents),
-            effects=len(receipts),
-            entries=sum(after[slug] - before[slug] for slug in slugs),
+            count=len(receipts),
             seconds=max(r.end for r in finished) - min(r.start for r in finished),
-            agents_cpu=sum(r.cpu for r in finished),
-            server_cpu=_delta(cpu_before[0], cpu_after[0]),
-            database_cpu=_delta(cpu_before[1], cpu_after[1]),
+            load_cpu=sum(r.cpu for r in finished),
+            server_cpu=run.server_cpu,
+            database_cpu=run.database_cpu,
+            agents=len(agents),
+            entries=sum(after[slug] - before[slug] for slug in slugs),
         ),
         verified,
     )
 
 
-def collect(results: Queue[Report], count: int, accept: Callable[[Report], bool]) -> None:
-    """Read reports until `count` were accepted; an error or a silence aborts the run."""
-    accepted = 0
-    while accepted < count:
-        try:
-            report = results.get(timeout=START_TIMEOUT)
-        except queue.Empty as exc:
-            raise SystemExit("an agent process stopped answering") from exc
-        if isinstance(report, str):
-            raise SystemExit(f"agent failed: {report}")
-        if accept(report):
-            accepted += 1
-
-
-# --- CPU seconds from /proc (Linux) -----------------------------------------------------------
-
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), or None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[1].split()
-
-
-def _cpu(pid: int) -> float | None:
-    fields = _stat(pid)
-    return None if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
-
-
-def server_cpu(database_url: str) -> tuple[dict[int, float], dict[int, float]]:
-    """CPU seconds so far of the gunicorn processes this run started, and of the PostgreSQL
-    backends connected to the bench database (when the server runs on this machine)."""
-    gunicorn = {
-        pid: cpu
-        for pid in _descendants(os.getpid())
-        if "gunicorn" in _cmdline(pid) and (cpu := _cpu(pid)) is not None
-    }
-    name = str(conninfo_to_dict(database_url).get("dbname", ""))
-    with psycopg.connect(database_url) as conn:
-        pids = [
-            row[0]
-            for row in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            )
-        ]
-    backends = {pid: cpu for pid in pids if (cpu := _cpu(pid)) is not None}
-    return gunicorn, backends
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _delta(before: Mapping[int, float], after: Mapping[int, float]) -> float | None:
-    """CPU spent between two samples by the processes alive at the second (a process that
-    appeared meanwhile counts from zero); None if none could be read."""
-    if not after:
-        return None
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+# --- Tables -----------------------------------------------------------------------------------
 
 
 def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) -> str:
@@ -892,7 +740,7 @@ def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) 
         [
             run.label,
             str(run.agents),
-            f"{run.effects:,}",
+            f"{run.count:,}",
             f"{run.seconds:.2f}",
             f"{run.per_second:,.0f}",
             f"{run.entries / run.seconds:,.0f}",
@@ -916,43 +764,7 @@ def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) 
     )
 
 
-def cpu_table(runs: Sequence[Throughput]) -> str:
-    """CPU per effect by process group, and the rate this machine's cores could sustain at
-    that cost if nothing else ran (agents included, as they share the machine here)."""
-    cores = os.cpu_count() or 1
-
-    def per_effect(run: Throughput, cpu: float | None) -> str:
-        return "n/a" if cpu is None else f"{cpu / run.effects * 1e3:.1f}"
-
-    rows = []
-    for run in runs:
-        used = run.agents_cpu + (run.server_cpu or 0.0) + (run.database_cpu or 0.0)
-        rows.append(
-            [
-                run.label,
-                per_effect(run, run.agents_cpu),
-                per_effect(run, run.server_cpu),
-                per_effect(run, run.database_cpu),
-                per_effect(run, used),
-                f"{used / run.seconds:.2f} of {cores}",
-                f"{cores * run.effects / used:,.0f}",
-            ]
-        )
-    return table(
-        [
-            "tenancy",
-            "agents CPU ms/effect",
-            "gunicorn CPU ms/effect",
-            "PostgreSQL CPU ms/effect",
-            "total CPU ms/effect",
-            "cores busy",
-            "CPU-bound ceiling, effects/s",
-        ],
-        rows,
-    )
-
-
-def goals_table(lat: Latency, runs: Sequence[Throughput]) -> tuple[str, list[str]]:
+def goal_rows(lat: Latency, runs: Sequence[Throughput]) -> list[list[str]]:
     overhead_ms = (lat.submit.p50 - lat.direct.p50) * 1e3
     rows = [
         [
@@ -969,28 +781,10 @@ def goals_table(lat: Latency, runs: Sequence[Throughput]) -> tuple[str, list[str
                 "met" if run.per_second >= GOAL_EFFECTS_PER_SECOND else "NOT met",
             ]
         )
-    plain = [f"{goal}: {verdict} ({measured})" for goal, measured, verdict in rows]
-    return table(["goal", "measured", "verdict"], rows), plain
+    return rows
 
 
 # --- Entry point ------------------------------------------------------------------------------
-
-
-@contextmanager
-def bench_database(database_url: str, keep: bool) -> Iterator[None]:
-    progress(f"recreating {conninfo_to_dict(database_url).get('dbname')} and migrating")
-    recreate_database(database_url)
-    try:
-        yield
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        if keep:
-            progress("keeping the database (--keep)")
-        else:
-            progress("dropping the database")
-            drop_database(database_url)
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
@@ -1002,19 +796,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
     parser.add_argument(
         "--profile-effects", type=int, help="submits timed in process (default 100)"
     )
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
-    parser.add_argument(
-        "--threads", type=int, default=8, help="threads per gunicorn worker (default 8)"
-    )
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="the bench database, dropped and recreated (default: BENCH_DATABASE_URL or "
-        f"{DEFAULT_DATABASE_URL})",
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the database at the end")
-    args = parser.parse_args(argv)
-    base = PROFILES["quick" if args.quick else "default"]
+    notary_bench.add_server_arguments(parser, DEFAULT_DATABASE_URL)
+    args, base = notary_bench.parse_bench_args(parser, argv, PROFILES)
     sizes = Sizes(
         effects=args.effects or base.effects,
         per_agent=args.per_agent or base.per_agent,
@@ -1027,8 +810,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args, sizes = parse_args(argv)
-    started = time.perf_counter()
-    load_at_start = os.getloadavg()[0]
+    start = notary_bench.Start()
     rng = random.Random(SEED)
     # The in-process profile keeps the cache and Celery in this process, as the served notary
     # does (running_notary drops REDIS_URL too).
@@ -1041,61 +823,46 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan = prepare(sizes)
         target = NoopTarget()
         with tempfile.TemporaryDirectory(prefix="bench_notary_") as tmp:
-            var_dir = Path(tmp)
-            progress(f"starting gunicorn: {args.workers} workers x {args.threads} threads")
-            try:
-                with running_notary(
-                    args.database_url, var_dir, workers=args.workers, threads=args.threads
-                ) as url:
-                    before = log_sizes([plan.latency_tenant])
-                    lat = bench_latency(url, plan, target, args.database_url)
-                    latency_submits = len(plan.warmup) + len(plan.latency) + len(plan.profile)
-                    check_growth(
-                        before,
-                        log_sizes([plan.latency_tenant]),
-                        {plan.latency_tenant: latency_submits},
-                    )
-                    verified = verify_sample(
-                        [(plan.latency_tenant, r) for r in lat.http.receipts + lat.local.receipts],
-                        rng,
-                    )
-                    runs = []
-                    for label, agents in (
-                        ("(a) one tenant", plan.shared),
-                        (f"(b) {sizes.agents} tenants", plan.separate),
-                    ):
-                        run, sample = run_agents(url, agents, label, args.database_url, rng)
-                        runs.append(run)
-                        verified += sample
-                environment_rows = environment(args.database_url, load_at_start)
-            except BaseException:
-                log = var_dir / "gunicorn.log"
-                if log.exists():
-                    tail = log.read_text(errors="replace").splitlines()[-30:]
-                    print("gunicorn.log, last lines:\n" + "\n".join(tail), file=sys.stderr)
-                raise
+            with notary_bench.serving(
+                args.database_url, Path(tmp), workers=args.workers, threads=args.threads
+            ) as url:
+                before = log_sizes([plan.latency_tenant])
+                lat = bench_latency(url, plan, target, args.database_url)
+                latency_submits = len(plan.warmup) + len(plan.latency) + len(plan.profile)
+                check_growth(
+                    before,
+                    log_sizes([plan.latency_tenant]),
+                    {plan.latency_tenant: latency_submits},
+                )
+                verified = verify_sample(
+                    [(plan.latency_tenant, r) for r in lat.http.receipts + lat.local.receipts],
+                    rng,
+                )
+                runs = []
+                for label, agents in (
+                    ("(a) one tenant", plan.shared),
+                    (f"(b) {sizes.agents} tenants", plan.separate),
+                ):
+                    run, sample = run_agents(url, agents, label, args.database_url, rng)
+                    runs.append(run)
+                    verified += sample
+            environment_rows = start.environment(args.database_url)
 
     requests = statistics.fmean(lat.requests_per_effect)
-    low, high = min(lat.requests_per_effect), max(lat.requests_per_effect)
     submits = 2 * sizes.warmup + len(lat.http.receipts) + len(lat.local.receipts)
-    submits += sum(run.effects for run in runs)
-    goals, verdicts = goals_table(lat, runs)
+    submits += sum(run.count for run in runs)
 
-    print("## Environment\n")
-    print(
-        table(
-            ["setting", "value"],
-            [
-                *environment_rows,
-                ["gunicorn", f"{args.workers} workers x {args.threads} threads (gthread)"],
-                ["target", "tier 1, no-op (send returns Sent at once), one premise that holds"],
-            ],
-        )
+    notary_bench.print_environment(
+        [
+            *environment_rows,
+            ["gunicorn", f"{args.workers} workers x {args.threads} threads (gthread)"],
+            ["target", "tier 1, no-op (send returns Sent at once), one premise that holds"],
+        ]
     )
     print(f"\n## Latency: one agent, {sizes.effects:,} effects one after another\n")
     print(latency_table(lat))
     print(
-        f"\nHTTP requests per effect: {low if low == high else f'{low}-{high}'} "
+        f"\nHTTP requests per effect: {span(lat.requests_per_effect)} "
         f"(counted on the journal's transport; {sizes.warmup} warm-up effects not timed). "
         "Overhead = submit - direct at the same percentile."
     )
@@ -1117,25 +884,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         "effects/s over one agent's sequential rate (1 / mean submit above); HTTP requests/s "
         f"= effects/s x {requests:g}.\n"
     )
-    print(cpu_table(runs))
+    print(notary_bench.cpu_table(runs, CPU_COLUMNS))
     print(
         "\nCPU during each run (from /proc): the agent processes, the gunicorn master and "
         "workers, and the PostgreSQL backends connected to the bench database (n/a if not "
         "readable; PostgreSQL's own background writers are not counted). Ceiling = cores / total "
         "CPU per effect."
     )
-    print("\n## Goals\n")
-    print(goals)
-    print()
-    for verdict in verdicts:
-        print(f"- {verdict}")
+    notary_bench.print_goals(goal_rows(lat, runs))
     print(
         f"\nCorrectness: all {submits:,} submits (warm-ups included) ended COMMITTED, "
         "authorized when fired, premises held; every log grew by exactly "
         f"{ENTRIES_PER_EFFECT} entries per effect; {verified} receipts re-derived from their "
         "whole log with verify_receipt."
     )
-    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
+    start.print_total()
 
 
 if __name__ == "__main__":

@@ -48,7 +48,6 @@ import json
 import math
 import multiprocessing
 import os
-import queue
 import random
 import re
 import secrets
@@ -75,17 +74,11 @@ from tqdm import tqdm
 # The script lives in experiments/; the spawned clients import it too, so this runs in each.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.bench_ledger import environment, progress, setup_django, table
-from experiments.bench_notary import (
-    Stats,
-    bench_database,
-    duration,
-    mean,
-    percentile,
-    server_cpu,
-)
+from experiments import notary_bench
+from experiments.bench_ledger import progress, setup_django, table
+from experiments.notary_bench import LoadRun, Ready, Stats, duration, mean, percentile, span
 from gate_client.proposal import Proposal
-from tests.notary_server import REPO_ROOT, running_notary
+from tests.notary_server import REPO_ROOT
 from tests.webhooks.signing import (
     as_headers,
     body_of,
@@ -115,9 +108,7 @@ WARMUP_PER_CLIENT = 10  # valid events each client posts, untimed, before the ti
 PROFILE_WARMUP = 4
 VERIFY_SAMPLE = 20  # receipts re-derived from the whole log
 TICK = 50  # a client reports progress every TICK requests
-# Spawning clients and a worker on a busy 2-core machine takes seconds; one that never answers
-# must not hang the run forever.
-START_TIMEOUT = 120.0
+CPU_COLUMNS = notary_bench.CpuColumns("request", "clients", "req", "req/s", digits=2)
 STALL_TIMEOUT = 60.0  # the worker ingesting nothing this long aborts the run
 SEED = 8222
 
@@ -228,11 +219,6 @@ def answer_problem(request: Request, status: int, data: bytes) -> str | None:
 
 
 @dataclass(frozen=True)
-class Ready:
-    client: str
-
-
-@dataclass(frozen=True)
 class ClientResult:
     start: float
     end: float
@@ -258,9 +244,7 @@ def client_main(
             conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
             conn.request("GET", "/healthz")
             conn.getresponse().read()
-            results.put(Ready(name))
-            if not go.wait(START_TIMEOUT):
-                raise TimeoutError("no start signal")
+            notary_bench.wait_for_go(name, results, go)
             timings, problems = [], []
             cpu = time.process_time()
             start = time.time()
@@ -290,21 +274,12 @@ def client_main(
 
 
 @dataclass(frozen=True)
-class Run:
-    """One timed run: every client's requests, started together."""
+class Run(LoadRun):
+    """One timed run: every client's requests, started together; its count is of requests, its
+    load the clients' processes."""
 
-    label: str
     clients: int
-    requests: int
-    seconds: float
     timings: dict[str, list[float]]  # request label -> seconds
-    clients_cpu: float
-    server_cpu: float | None
-    database_cpu: float | None
-
-    @property
-    def per_second(self) -> float:
-        return self.requests / self.seconds
 
     def stats(self, *labels: str) -> Stats:
         chosen = labels or tuple(self.timings)
@@ -340,23 +315,20 @@ class Clients:
         self.go.clear()
         for inbox, job in busy:
             inbox.put(job)
-        self._collect(len(busy), lambda report: isinstance(report, Ready))
-        before = server_cpu(self.database_url)
-        finished: list[ClientResult] = []
+        notary_bench.collect_ready(self.results, len(busy), "client")
         total = sum(len(job) for _, job in busy)
-        with tqdm(total=total, desc=label, unit="request", file=sys.stderr) as bar:
-
-            def done(report: Report) -> bool:
-                if isinstance(report, int):
-                    bar.update(report)
-                elif isinstance(report, ClientResult):
-                    finished.append(report)
-                    return True
-                return False
-
-            self.go.set()
-            self._collect(len(busy), done)
-        after = server_cpu(self.database_url)
+        run = notary_bench.go_and_collect(
+            self.results,
+            self.go,
+            len(busy),
+            ClientResult,
+            label=label,
+            total=total,
+            unit="request",
+            who="client",
+            database_url=self.database_url,
+        )
+        finished = run.results
         problems = [p for result in finished for p in result.problems]
         if problems:
             raise SystemExit(
@@ -369,52 +341,24 @@ class Clients:
                 timings.setdefault(request_label, []).append(seconds)
         return Run(
             label=label,
-            clients=len(busy),
-            requests=total,
+            count=total,
             seconds=max(r.end for r in finished) - min(r.start for r in finished),
+            load_cpu=sum(r.cpu for r in finished),
+            server_cpu=run.server_cpu,
+            database_cpu=run.database_cpu,
+            clients=len(busy),
             timings=timings,
-            clients_cpu=sum(r.cpu for r in finished),
-            server_cpu=cpu_delta(before[0], after[0]),
-            database_cpu=cpu_delta(before[1], after[1]),
         )
-
-    def _collect(self, count: int, accept: Callable[[Report], bool]) -> None:
-        accepted = 0
-        while accepted < count:
-            try:
-                report = self.results.get(timeout=START_TIMEOUT)
-            except queue.Empty as exc:
-                raise SystemExit("a client process stopped answering") from exc
-            if isinstance(report, str):
-                raise SystemExit(f"client failed: {report}")
-            if accept(report):
-                accepted += 1
 
     def close(self) -> None:
         for inbox in self.inboxes:
             inbox.put(None)
-        for process in self.processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.terminate()
+        notary_bench.stop(self.processes)
 
 
 def spread(requests: Sequence[Request], clients: int) -> list[list[Request]]:
     """Deal the requests out to the clients in turn."""
     return [list(requests[n::clients]) for n in range(clients)]
-
-
-def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float | None:
-    """CPU spent between two samples by the processes alive at the second; None if none."""
-    if not after:
-        return None
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of one process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- Setup: tenant, targets, endpoints, dispatched effects --------------------------------------
@@ -569,13 +513,9 @@ def profile_in_process(
         part[0] += 1
         part[1] += seconds
 
-    def timed_sql(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            add(sql_label(sql), time.perf_counter() - began)
-
+    timed_sql = notary_bench.sql_timer(
+        lambda statement, seconds: add(sql_label(statement), seconds)
+    )
     inside: set[str] = set()  # labels being timed now: a nested call is not counted twice
 
     def timed(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -704,8 +644,8 @@ def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Dr
                 bar.update(now - done)
                 done, moved = now, time.monotonic()
                 if first is None:
-                    first = (done, process_cpu(worker.pid), pg_sessions(database_url))
-        worker_cpu = process_cpu(worker.pid)
+                    first = (done, cpu_of(worker), pg_sessions(database_url))
+        worker_cpu = cpu_of(worker)
         sessions = pg_sessions(database_url, settle=True)
     assert first is not None
     counted = max(expected - first[0], 1)
@@ -717,6 +657,14 @@ def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Dr
         worker_cpu=(worker_cpu - first[1]) / counted,
         sessions=(sessions - first[2]) / counted,
     )
+
+
+def cpu_of(worker: subprocess.Popen[bytes]) -> float:
+    """The worker's CPU seconds so far (user + system), from /proc."""
+    cpu = notary_bench.process_cpu(worker.pid)
+    if cpu is None:
+        raise SystemExit(f"the worker ({worker.pid}) is gone")
+    return cpu
 
 
 def tail(var_dir: Path) -> str:
@@ -758,14 +706,7 @@ def ingest_directly(requests: Sequence[Request], database_url: str, *, reconnect
             stored.append(event.pk)
     seconds, queries, sql_seconds = [], [], []
     statements: list[float] = []
-
-    def timed_sql(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            statements.append(time.perf_counter() - began)
-
+    timed_sql = notary_bench.sql_timer(lambda _statement, seconds: statements.append(seconds))
     desc = "event_ingest, reconnecting" if reconnect else "event_ingest"
     sessions = pg_sessions(database_url)
     with connection.execute_wrapper(timed_sql):
@@ -878,7 +819,7 @@ def accept_table(runs: Sequence[Run]) -> str:
             [
                 run.label,
                 str(run.clients),
-                f"{run.requests:,}",
+                f"{run.count:,}",
                 f"{run.seconds:.2f}",
                 f"{run.per_second:,.0f}",
                 f"{run.per_second / floor.per_second:.2f}",
@@ -912,42 +853,6 @@ def provider_table(runs: Sequence[Run]) -> str:
             stats = run.stats(label)
             rows.append([run.label, label, f"{stats.samples:,}", ms(stats.p50), ms(stats.p99)])
     return table(["run", "provider", "requests", "p50", "p99"], rows)
-
-
-def cpu_table(runs: Sequence[Run]) -> str:
-    """CPU per request by process group, and the rate this machine's cores could sustain at
-    that cost if nothing else ran (the clients included, as they share the machine here)."""
-    cores = os.cpu_count() or 1
-
-    def per_request(run: Run, cpu: float | None) -> str:
-        return "n/a" if cpu is None else f"{cpu / run.requests * 1e3:.2f}"
-
-    rows = []
-    for run in runs:
-        used = run.clients_cpu + (run.server_cpu or 0.0) + (run.database_cpu or 0.0)
-        rows.append(
-            [
-                run.label,
-                per_request(run, run.clients_cpu),
-                per_request(run, run.server_cpu),
-                per_request(run, run.database_cpu),
-                per_request(run, used),
-                f"{used / run.seconds:.2f} of {cores}",
-                f"{cores * run.requests / used:,.0f}",
-            ]
-        )
-    return table(
-        [
-            "request",
-            "clients CPU ms/req",
-            "gunicorn CPU ms/req",
-            "PostgreSQL CPU ms/req",
-            "total CPU ms/req",
-            "cores busy",
-            "CPU-bound ceiling, req/s",
-        ],
-        rows,
-    )
 
 
 ORM_LABEL = "ORM: building the SQL (as_sql)"
@@ -1096,12 +1001,7 @@ def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted:
     )
 
 
-def span(values: Sequence[int]) -> str:
-    low, high = min(values), max(values)
-    return str(low) if low == high else f"{low}-{high}"
-
-
-def goals_table(accepted: Run) -> tuple[str, list[str]]:
+def goal_rows(accepted: Run) -> list[list[str]]:
     p99 = accepted.stats().p99
     rows = [
         [
@@ -1116,8 +1016,7 @@ def goals_table(accepted: Run) -> tuple[str, list[str]]:
             "met" if p99 < GOAL_P99_SECONDS else "NOT met",
         ],
     ]
-    plain = [f"{goal}: {verdict} ({measured})" for goal, measured, verdict in rows]
-    return table(["goal", "measured", "verdict"], rows), plain
+    return rows
 
 
 # --- Entry point --------------------------------------------------------------------------------
@@ -1130,24 +1029,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
         "--events", type=int, help="valid events posted concurrently (default 3000)"
     )
     parser.add_argument("--clients", type=int, help="concurrent client processes (default 8)")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
-    parser.add_argument(
-        "--threads", type=int, default=8, help="threads per gunicorn worker (default 8)"
-    )
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="the bench database, dropped and recreated (default: BENCH_DATABASE_URL or "
-        f"{DEFAULT_DATABASE_URL})",
-    )
+    notary_bench.add_server_arguments(parser, DEFAULT_DATABASE_URL)
     parser.add_argument(
         "--redis-url",
         default=DEFAULT_REDIS_URL,
         help=f"a Redis database of the bench's own, flushed (default {DEFAULT_REDIS_URL})",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the database at the end")
-    args = parser.parse_args(argv)
-    base = PROFILES["quick" if args.quick else "default"]
+    args, base = notary_bench.parse_bench_args(parser, argv, PROFILES)
     sizes = Sizes(
         events=args.events or base.events,
         clients=args.clients or base.clients,
@@ -1162,8 +1050,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args, sizes = parse_args(argv)
-    started = time.perf_counter()
-    load_at_start = os.getloadavg()[0]
+    start = notary_bench.Start()
     rng = random.Random(SEED)
     broker = own_redis(args.redis_url)
     # This process stores and queues too (the in-process profile): the same Redis database and
@@ -1180,7 +1067,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "direct": sizes.direct,
     }
     try:
-        with bench_database(args.database_url, args.keep):
+        with notary_bench.bench_database(args.database_url, args.keep):
             setup_django(args.database_url)
             from django.core.management import call_command
 
@@ -1211,36 +1098,31 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
                 direct = ingest_directly(valid("direct"), args.database_url, reconnect=False)
             verified = check_ingestion(expected, size_before, rng)
-            environment_rows = environment(args.database_url, load_at_start)
+            environment_rows = start.environment(args.database_url)
     finally:
         broker.flushdb()
         broker.close()
 
     accepted = next(run for run in runs if run.label.startswith("POST accepted"))
-    goals, verdicts = goals_table(accepted)
-    print("## Environment\n")
-    print(
-        table(
-            ["setting", "value"],
+    notary_bench.print_environment(
+        [
+            *environment_rows,
             [
-                *environment_rows,
-                [
-                    "gunicorn",
-                    f"{args.workers} workers x {args.threads} threads (gthread), "
-                    "keep-alive 2 s, DEBUG=false",
-                ],
-                [
-                    "clients",
-                    f"{sizes.clients} processes, http.client, one kept-alive connection each, "
-                    "closed loop",
-                ],
-                ["Redis", f"{args.redis_url} (server {broker_version(args.redis_url)})"],
-                [
-                    "Celery",
-                    "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late",
-                ],
+                "gunicorn",
+                f"{args.workers} workers x {args.threads} threads (gthread), "
+                "keep-alive 2 s, DEBUG=false",
             ],
-        )
+            [
+                "clients",
+                f"{sizes.clients} processes, http.client, one kept-alive connection each, "
+                "closed loop",
+            ],
+            ["Redis", f"{args.redis_url} (server {broker_version(args.redis_url)})"],
+            [
+                "Celery",
+                "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late",
+            ],
+        ]
     )
     print(f"\n## Accepting: {sizes.clients} concurrent clients, on gunicorn + PostgreSQL\n")
     print(accept_table(runs))
@@ -1253,7 +1135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(provider_table(runs[1:]))
     print()
-    print(cpu_table(runs))
+    print(notary_bench.cpu_table(runs, CPU_COLUMNS))
     print(
         "\nCPU during each run (from /proc): the client processes, the gunicorn master and "
         "workers, and the PostgreSQL backends of the bench database (Redis not counted). "
@@ -1270,11 +1152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("\n## Ingestion: one Celery worker on the queued backlog\n")
     print(ingest_table(drained, reconnecting, direct, accepted))
-    print("\n## Goals\n")
-    print(goals)
-    print()
-    for verdict in verdicts:
-        print(f"- {verdict}")
+    notary_bench.print_goals(goal_rows(accepted))
     total_valid = len(expected)
     print(
         f"\nCorrectness: every valid event ({total_valid:,}, warm-ups included) was answered "
@@ -1283,7 +1161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"effect, nothing else in the log); all {total_valid:,} effects ended {SETTLED}; "
         f"{verified} receipts re-derived from the whole log with verify_receipt."
     )
-    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
+    start.print_total()
 
 
 def serve_and_post(
@@ -1295,40 +1173,31 @@ def serve_and_post(
 ) -> list[Run]:
     """gunicorn on the bench database and Redis database; the client runs against it."""
     settings = {"REDIS_URL": args.redis_url, "CELERY_TASK_ALWAYS_EAGER": "false"}
-    progress(f"starting gunicorn: {args.workers} workers x {args.threads} threads")
-    try:
-        with running_notary(
-            args.database_url,
-            var_dir,
-            workers=args.workers,
-            threads=args.threads,
-            settings=settings,
-        ) as url:
-            clients = Clients(url, sizes.clients, args.database_url)
-            try:
-                warm = spread(valid("warmup"), sizes.clients)
-                clients.run("warm-up", [[healthz(), *job] for job in warm])
-                runs = [
-                    clients.run("GET /healthz", spread([healthz()] * sizes.events, sizes.clients)),
-                    clients.run(
-                        "POST forged (400)",
-                        spread(forged_requests(sizes.events, endpoints), sizes.clients),
-                    ),
-                    clients.run("POST accepted (200)", spread(valid("accepted"), sizes.clients)),
-                    clients.run(
-                        "POST accepted (200), 1 client",
-                        [valid("one-client")] + [[] for _ in range(sizes.clients - 1)],
-                    ),
-                ]
-            finally:
-                clients.close()
-    except BaseException:
-        log = var_dir / "gunicorn.log"
-        if log.exists():
-            tail_lines = log.read_text(errors="replace").splitlines()[-30:]
-            print("gunicorn.log, last lines:\n" + "\n".join(tail_lines), file=sys.stderr)
-        raise
-    return runs
+    with notary_bench.serving(
+        args.database_url,
+        var_dir,
+        workers=args.workers,
+        threads=args.threads,
+        settings=settings,
+    ) as url:
+        clients = Clients(url, sizes.clients, args.database_url)
+        try:
+            warm = spread(valid("warmup"), sizes.clients)
+            clients.run("warm-up", [[healthz(), *job] for job in warm])
+            return [
+                clients.run("GET /healthz", spread([healthz()] * sizes.events, sizes.clients)),
+                clients.run(
+                    "POST forged (400)",
+                    spread(forged_requests(sizes.events, endpoints), sizes.clients),
+                ),
+                clients.run("POST accepted (200)", spread(valid("accepted"), sizes.clients)),
+                clients.run(
+                    "POST accepted (200), 1 client",
+                    [valid("one-client")] + [[] for _ in range(sizes.clients - 1)],
+                ),
+            ]
+        finally:
+            clients.close()
 
 
 def broker_version(redis_url: str) -> str:
