@@ -32,6 +32,7 @@ bench: $(BIN)/.installed
 	$(BIN)/python experiments/bench_ledger.py
 	$(BIN)/python experiments/bench_notary.py
 	$(BIN)/python experiments/bench_webhooks.py
+	$(BIN)/python experiments/bench_exports.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

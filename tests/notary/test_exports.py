@@ -5,6 +5,7 @@ it, are caught, each by the verdict it offends."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -180,3 +181,17 @@ def test_an_auditor_downloads_the_export_from_the_admin(shop: Tenant, signer: Si
     assert answer["Content-Disposition"] == 'attachment; filename="receipts-acme.jsonl"'
     lines = b"".join(answer.streaming_content).splitlines()
     assert verify_export(lines, [signer.verifier]).receipts == 5
+
+
+def test_an_export_after_a_key_rotation_verifies_with_the_new_key(
+    shop: Tenant, signer: Signer
+) -> None:
+    successor = Signer.generate("test.interlock.example")
+    dispatched(shop, "mail", "case-7")
+    ledger_services.sign_checkpoint(log=shop.log, signer=successor)
+    lines = lines_of(shop)
+    assert len(json.loads(lines[0])["vkeys"]) == 2  # both keys are published
+    assert verify_export(lines, [successor.verifier]).receipts == 7  # case-6 and case-7 too
+    with pytest.raises(Failure) as failure:
+        verify_export(lines, [signer.verifier])  # the retired key did not sign this checkpoint
+    assert failure.value.verdict == "authenticity"
