@@ -173,14 +173,15 @@ def entry_from_leaf(leaf: bytes) -> Entry:
         prev_hash = bytes.fromhex(envelope["prev_hash"])
     except (AttributeError, TypeError, ValueError) as exc:
         raise EntryError(f"malformed entry field: {exc}") from exc
-    entry = seal_entry(
-        seq=envelope["seq"],
-        kind=envelope["kind"],
-        effect_id=envelope["effect_id"],
-        body=canonical_json(envelope["body"]),
-        created_at=created_at,
-        prev_hash=prev_hash,
-    )
-    if entry.leaf_bytes() != leaf:
+    fields: dict[str, Any] = {
+        "seq": envelope["seq"],
+        "kind": envelope["kind"],
+        "effect_id": envelope["effect_id"],
+        "body": canonical_json(envelope["body"]),
+        "created_at": created_at,
+        "prev_hash": prev_hash,
+    }
+    if leaf_bytes(**fields) != leaf:
         raise EntryError("entry does not re-encode to the bytes it was read from")
-    return entry
+    # The bytes were read and re-encoded to themselves: hashing what was read is sealing.
+    return Entry(**fields, entry_hash=leaf_hash(leaf))
