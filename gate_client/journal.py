@@ -182,9 +182,14 @@ def is_payload_change(entry: Entry) -> bool:
     return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
 
 
+def verdicts(history: Sequence[Entry]) -> list[Entry]:
+    """The entries that settle the effect, in order; the last one is what stands."""
+    return [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
+
+
 def has_verdict(history: Sequence[Entry]) -> bool:
     """The effect is settled: the one test the gate, recovery and unsettled() all use."""
-    return any(e.kind in VERDICT_KINDS and not is_payload_change(e) for e in history)
+    return bool(verdicts(history))
 
 
 def utc_now() -> datetime:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from gate_client.journal import verdicts
 from gate_client.receipts import Receipt
-from ledger.core.entries import Entry, EntryKind
+from ledger.core.entries import Entry
 
 _REFUSALS = {
     "lease_revoked": "the approval was withdrawn before it could be sent",
@@ -27,8 +28,8 @@ def explain(
     evidence_window: timedelta | None = None,
 ) -> str:
     state = receipt.final_state
-    verdicts = [e for e in history if e.kind in _VERDICTS]
-    body = verdicts[-1].body_value() if verdicts else {}
+    settling = verdicts(history)
+    body = settling[-1].body_value() if settling else {}
     reference = body.get("result_ref") or "no reference given"
     if state == "COMMITTED":
         return f"Sent once: {target} confirmed it ({reference})."
@@ -67,17 +68,6 @@ def explain(
     if state == "DISPATCHED":
         return f"In progress: sent to {target}, and the answer has not been recorded yet."
     return "Not sent yet: decided, and waiting to be sent."
-
-
-_VERDICTS = frozenset(
-    {
-        EntryKind.COMMITTED,
-        EntryKind.FAILED,
-        EntryKind.AMBIGUOUS,
-        EntryKind.REFUSED,
-        EntryKind.RESOLVED,
-    }
-)
 
 
 def _cited(history: Sequence[Entry], body: dict[str, Any]) -> str:

@@ -80,9 +80,10 @@ def export_receipts(
         for line in _receipt_lines(tenant, checkpoint, chunk, state, carried):
             receipts += 1
             yield line
-    others = Entry.objects.filter(log=log, seq__lt=end).order_by("seq")
-    for rows in _chunks(others.iterator(chunk_size=2000), 2000):
-        homeless = [row.as_ledger_entry() for row in rows if not carried[row.seq]]
+    # The seqs no receipt line carried; only their bodies are read again.
+    uncarried = (seq for seq in range(end) if not carried[seq])
+    for seqs in _chunks(uncarried, 2000):
+        homeless = entries_at(log=log, seqs=seqs)
         proofs = tlog_proofs(log=log, indexes=[e.seq for e in homeless], checkpoint=checkpoint)
         for entry in homeless:
             entries += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gate_client.journal import VERDICT_KINDS, is_payload_change, last_attempt
+from gate_client.journal import last_attempt, verdicts
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
 
@@ -18,9 +18,9 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
     body = proposed.body_value()
     receipt = derive_receipt(history, proposed.effect_id)
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
-    verdicts = [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
-    verdict = verdicts[0] if verdicts else None
-    standing = verdicts[-1] if verdicts else None
+    settling = verdicts(history)
+    verdict = settling[0] if settling else None
+    standing = settling[-1] if settling else None
     result_ref = (
         standing.body_value().get("result_ref", "")
         if standing is not None and standing.kind == EntryKind.COMMITTED

@@ -16,13 +16,7 @@ from django.utils import timezone
 
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
-from gate_client.journal import (
-    VERDICT_KINDS,
-    DispatchRequest,
-    has_verdict,
-    is_payload_change,
-    last_attempt,
-)
+from gate_client.journal import DispatchRequest, has_verdict, last_attempt, verdicts
 from gate_client.leases import Lease as LeaseTerms
 from gate_client.leases import LeaseState
 from gate_client.receipts import ReceiptError
@@ -508,8 +502,8 @@ def _proposed_body(history: Sequence[LedgerEntry]) -> dict[str, Any]:
 def _standing_verdict(history: Sequence[LedgerEntry]) -> LedgerEntry | None:
     """The verdict the effect's receipt reports now: the last one (evidence can settle an
     AMBIGUOUS effect after it was marked so)."""
-    verdicts = [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
-    return verdicts[-1] if verdicts else None
+    settling = verdicts(history)
+    return settling[-1] if settling else None
 
 
 def _attempts(history: Sequence[LedgerEntry]) -> set[int]:
