@@ -119,7 +119,7 @@ class NoopTarget:
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> Sent:
         return Sent(f"noop:{effect_id}")
 
-    def lookup(self, effect_id: str) -> Found:
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> Found:
         return Found(f"noop:{effect_id}")
 
 

@@ -204,10 +204,12 @@ class Gate:
     def _ask(self, effect_id: str, target: Target) -> Found | NotFound | Unknown:
         """Look the effect up. "Not found" is conclusive only once the last request can no
         longer be in flight; until then a not-found waits and asks again."""
-        dispatches = [e for e in self.journal.history(effect_id) if e.kind == EntryKind.DISPATCHED]
+        history = self.journal.history(effect_id)
+        payload = _proposed(history)["payload"]
+        dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
         settled_at = dispatches[-1].created_at + target.max_inflight
         while True:
-            answer = target.lookup(effect_id)
+            answer = target.lookup(effect_id, payload)
             remaining = (settled_at - self.clock()).total_seconds()
             if isinstance(answer, Found) or remaining <= 0:
                 return answer

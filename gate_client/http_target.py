@@ -74,7 +74,7 @@ class HttpTarget:
             # Timeouts, resets and responses cut off: the request may have arrived.
             raise InDoubt(str(error)) from error
 
-    def lookup(self, effect_id: str) -> LookupOutcome:
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
         url = f"{self.base_url}/effects/{effect_id}"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_seconds) as response:

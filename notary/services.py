@@ -614,7 +614,8 @@ def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     if now < effect.dispatched_at + target.max_inflight:
         return "in_flight"
     if target.lookup_url:
-        answer = _notary_lookup(target, effect_id)
+        history = effect_entries(log=tenant.log, effect_id=effect_id)
+        answer = _notary_lookup(target, effect_id, _proposed_body(history)["payload"])
         if isinstance(answer, Found):
             return _notary_verdict(
                 tenant=tenant,
@@ -660,7 +661,9 @@ def _notary_verdict(*, tenant: Tenant, effect: Effect, kind: str, body: Mapping[
     return str(full.get("state", kind)).lower()
 
 
-def _notary_lookup(target: Target, effect_id: str) -> Found | NotFound | Unknown:
+def _notary_lookup(
+    target: Target, effect_id: str, payload: Mapping[str, Any]
+) -> Found | NotFound | Unknown:
     """Ask the target; called only past max_inflight, so a "not found" is final."""
     service = HttpTarget(
         name=target.name,
@@ -672,4 +675,4 @@ def _notary_lookup(target: Target, effect_id: str) -> Found | NotFound | Unknown
         max_inflight=max(target.max_inflight, _LOOKUP_TIMEOUT),
         timeout_seconds=_LOOKUP_TIMEOUT.total_seconds(),
     )
-    return service.lookup(effect_id)
+    return service.lookup(effect_id, payload)

@@ -45,7 +45,7 @@ class NoOpTarget:
         self.sent.append(effect_id)
         return Sent(f"ref_{len(self.sent)}")
 
-    def lookup(self, effect_id: str) -> LookupOutcome:
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
         return Found(f"ref_{effect_id}")
 
 

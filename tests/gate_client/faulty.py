@@ -194,6 +194,6 @@ class FaultyTarget:
 
         return self.calls.call("target.send", deliver, _connection_reset)
 
-    def lookup(self, effect_id: str) -> LookupOutcome:
-        action = partial(self.inner.lookup, effect_id)
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
+        action = partial(self.inner.lookup, effect_id, payload)
         return self.calls.call("target.lookup", action, _connection_reset)

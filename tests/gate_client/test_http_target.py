@@ -87,13 +87,13 @@ def test_an_unreachable_service_is_in_doubt_and_unknown() -> None:
     )
     with pytest.raises(InDoubt):
         nowhere.send("eff_1", {"answer": "ok"})
-    assert isinstance(nowhere.lookup("eff_1"), Unknown)
+    assert isinstance(nowhere.lookup("eff_1", {}), Unknown)
 
 
 def test_lookups(target: HttpTarget) -> None:
-    assert target.lookup("eff_found") == Found("ref-9")
-    assert target.lookup("eff_gone") == NotFound()
-    assert target.lookup("eff_other") == Unknown("HTTP 500")
+    assert target.lookup("eff_found", {}) == Found("ref-9")
+    assert target.lookup("eff_gone", {}) == NotFound()
+    assert target.lookup("eff_other", {}) == Unknown("HTTP 500")
 
 
 def test_max_inflight_may_not_be_shorter_than_the_request_timeout() -> None:

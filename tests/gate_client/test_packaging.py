@@ -29,7 +29,7 @@ AGENT = textwrap.dedent(
         evidence_window = None
         def send(self, effect_id, payload):
             return Sent("msg-1")
-        def lookup(self, effect_id):
+        def lookup(self, effect_id, payload):
             return NotFound()
 
     assert "site-packages" in gate_client.__file__ and "site-packages" in ledger.core.__file__

@@ -59,7 +59,7 @@ class ServiceTarget:
             raise InDoubt("response lost")
         return Sent(f"ref-{effect_id[-6:]}")
 
-    def lookup(self, effect_id: str) -> LookupOutcome:
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
         if not self.queryable:
             raise AssertionError("the gate asked a target that cannot be asked")
         return Found(f"ref-{effect_id[-6:]}") if self._done(effect_id) else NotFound()
