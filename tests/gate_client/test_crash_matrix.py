@@ -342,12 +342,15 @@ class Harness:
         return declared + (["--queryable"] if kind.queryable else [])
 
 
-def run_agent(args: list[str], crash: CrashPoint | None) -> subprocess.CompletedProcess[str]:
+def run_agent(
+    args: list[str], crash: CrashPoint | None, *, module: str = "tests.gate_client.agent_process"
+) -> subprocess.CompletedProcess[str]:
+    """Run an agent process to its end, or to the crash point where it SIGKILLs itself."""
     env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
     if crash is not None:
         env["INTERLOCK_CRASH_AT"] = crash.value
     return subprocess.run(
-        [sys.executable, "-m", "tests.gate_client.agent_process", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
