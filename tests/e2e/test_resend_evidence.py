@@ -1,0 +1,102 @@
+"""Resend past its key window is tier 3; its delivery webhooks, posted to the notary, lift it.
+
+An agent on the notary sends through the Resend SDK to the local Resend and is SIGKILLed before
+anyone recorded the answer. The local Resend posts Svix-signed email.sent / email.delivered to
+the notary's endpoint, and the effect settles without a person. With the webhooks withheld, the
+same crash is AMBIGUOUS: nothing was seen, and nothing is resent."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gate_client.adapters.resend_email import TAG
+from gate_client.faults import CrashPoint
+from ledger.core.entries import EntryKind
+from ledger.selectors import iter_entries
+from notary import services as notary_services
+from tests.conftest import child_database_url
+from tests.gate_client.adapters import email_agent
+from tests.gate_client.test_crash_matrix import run_agent, set_refund_status
+from tests.notary.effects import leased, register
+from tests.notary_server import running_notary
+from tests.peers.resend_server import running_resend
+from tests.webhooks.signing import new_secret
+from webhooks import services as webhook_services
+
+pytestmark = pytest.mark.slow
+AGENT = "tests.gate_client.adapters.email_agent"
+EVIDENCE_WINDOW = timedelta(seconds=3)
+
+
+def receipt_of(url: str, token: str, effect_id: str) -> dict[str, Any]:
+    reply = httpx.get(
+        f"{url}/v1/effects/{effect_id}/receipt", headers={"Authorization": f"Bearer {token}"}
+    )
+    reply.raise_for_status()
+    receipt: dict[str, Any] = reply.json()["receipt"]
+    return receipt
+
+
+@pytest.mark.parametrize("webhooks_arrive", [True, False])
+def test_a_killed_sender_is_settled_by_resends_webhooks_alone(
+    transactional_db: None, tmp_path: Path, webhooks_arrive: bool
+) -> None:
+    tenant = notary_services.tenant_create(slug="shop", name="Shop")
+    target = register(
+        tenant,
+        email_agent.TARGET,
+        max_inflight=email_agent.TIMEOUT,
+        evidence_window=EVIDENCE_WINDOW,
+    )
+    _, token = notary_services.api_key_issue(tenant=tenant, role="agent", holder="bot")
+    case_id = "case-email-9"
+    lease = leased(tenant, case_id, email_agent.ACTION)
+    secret = new_secret("resend")
+    endpoint = webhook_services.endpoint_create(
+        tenant=tenant, target=target, provider="resend", secrets=[secret]
+    )
+    world = tmp_path / "world.json"
+    set_refund_status(world, "succeeded")
+    effect_id = email_agent.effect_id(case_id, tenant.slug)
+    with running_notary(child_database_url(), tmp_path) as url:
+        hook = f"{url}/webhooks/{endpoint.public_id}/"
+        store = tmp_path / "emails.jsonl"
+        with running_resend(store, webhook_url=hook, webhook_secret=secret) as resend_server:
+            resend_server.set_webhooks(webhooks_arrive)
+            args = ["--resend", resend_server.url, "--case", case_id, "--world", str(world)]
+            args += ["--system", "interlock_notary", "--notary", url, "--notary-token", token]
+            args += ["--tenant", tenant.slug, "--lease", lease.lease_id]
+            killed = run_agent(["submit", *args], CrashPoint.AFTER_TARGET_ACTED, module=AGENT)
+            assert killed.returncode == -9, killed.stderr
+            assert len(resend_server.emails(tag=(TAG, effect_id))) == 1
+
+            deadline = time.monotonic() + 15
+            while webhooks_arrive and time.monotonic() < deadline:
+                if receipt_of(url, token, effect_id)["final_state"] != "DISPATCHED":
+                    break
+                time.sleep(0.2)
+            restarted = run_agent(["recover", *args], None, module=AGENT)
+            assert restarted.returncode == 0, restarted.stderr
+            recovered = [json.loads(line) for line in restarted.stdout.splitlines()]
+            receipt = receipt_of(url, token, effect_id)
+            assert len(resend_server.emails(tag=(TAG, effect_id))) == 1  # never sent twice
+
+    if webhooks_arrive:
+        assert recovered == []  # the webhook settled it before anyone recovered
+        assert receipt["final_state"] == "COMMITTED_ON_EVIDENCE"
+        assert receipt["authorized_when_fired"] is True
+        entries = {e.seq: e for e in iter_entries(log=tenant.log)}
+        cited = entries[receipt["recheck_at_recovery"]["evidence_seq"]].body_value()
+        assert cited["event_id"].startswith("msg_")
+        observed = [e for e in entries.values() if e.kind == EntryKind.OBSERVED]
+        assert {e.body_value()["type"] for e in observed} >= {"email.sent"}
+    else:
+        assert [r["final_state"] for r in recovered] == ["AMBIGUOUS"]
+        assert receipt["final_state"] == "AMBIGUOUS"
