@@ -20,6 +20,8 @@ from typing import Any
 import stripe
 
 from gate_client.faults import CrashPoint, crash_point
+from gate_client.gate import PremisesFor
+from gate_client.ids import effect_id_for
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import (
     FailedDefinitively,
@@ -113,6 +115,27 @@ def payment_can_refund(
         return PremiseResult(holds, observed)
 
     return Premise("payment_can_refund", check)
+
+
+def refund_premises(client: stripe.StripeClient) -> PremisesFor:
+    """`Gate(premises_for=...)` for refunds, and the premises of a proposal to submit:
+    ``refund_premises(client)(proposal.proposed_body([]))``."""
+
+    def premises_for(proposed: Mapping[str, Any]) -> list[Premise]:
+        payload = proposed["payload"]
+        effect_id = effect_id_for(
+            proposed["case_id"], proposed["target"], proposed["action"], tenant=proposed["tenant"]
+        )
+        return [
+            payment_can_refund(
+                client,
+                payment_intent=payload["payment_intent"],
+                amount=payload["amount"],
+                effect_id=effect_id,
+            )
+        ]
+
+    return premises_for
 
 
 def _refunds_of(client: stripe.StripeClient, payment_intent: str) -> Iterator[stripe.Refund]:

@@ -11,20 +11,19 @@ way. Gate roles print the receipt as one JSON line."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import stripe
 
-from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds, payment_can_refund
+from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds, refund_premises
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import Gate
 from gate_client.ids import effect_id_for
 from gate_client.journal import LocalJournal
-from gate_client.proposal import Premise, Proposal
+from gate_client.proposal import Proposal
 from gate_client.targets import Tier
 from tests.peers.localstripe import stripe_client
 
@@ -38,27 +37,11 @@ def effect_id(case_id: str) -> str:
     return effect_id_for(case_id, TARGET, ACTION)
 
 
-def refund_premises(
-    client: stripe.StripeClient, case_id: str, payload: Mapping[str, Any]
-) -> list[Premise]:
-    """The same absolute premise at submit and, rebuilt from the PROPOSED body, at recovery."""
-    return [
-        payment_can_refund(
-            client,
-            payment_intent=payload["payment_intent"],
-            amount=payload["amount"],
-            effect_id=effect_id(case_id),
-        )
-    ]
-
-
 def build_gate(client: stripe.StripeClient, journal: Path, tier: Tier) -> Gate:
     return Gate(
         LocalJournal(journal),
         {TARGET: StripeRefunds(client, tier=tier, max_inflight=TIMEOUT)},
-        premises_for=lambda proposed: refund_premises(
-            client, proposed["case_id"], proposed["payload"]
-        ),
+        premises_for=refund_premises(client),
     )
 
 
@@ -89,8 +72,9 @@ def main() -> None:
         receipts = gate.recover()
     else:
         payload = {"payment_intent": args.payment, "amount": args.amount}
-        premises = refund_premises(client, args.case, payload)
-        proposal = Proposal(args.case, TARGET, ACTION, payload, LEASE_ID, premises)
+        proposal = Proposal(args.case, TARGET, ACTION, payload, LEASE_ID)
+        premises = refund_premises(client)(proposal.proposed_body([]))
+        proposal = dataclasses.replace(proposal, premises=premises)
         receipts = [gate.submit(proposal)]
     for receipt in receipts:
         print(json.dumps(receipt.to_dict()), flush=True)

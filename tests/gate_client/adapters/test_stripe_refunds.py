@@ -5,6 +5,7 @@ the ground truth is localstripe's own list of the payment's refunds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,12 @@ from pathlib import Path
 import pytest
 import stripe
 
-from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds, payment_can_refund
+from gate_client.adapters.stripe_refunds import (
+    METADATA_KEY,
+    StripeRefunds,
+    payment_can_refund,
+    refund_premises,
+)
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
@@ -104,10 +110,11 @@ def test_the_gate_refunds_once_and_a_resubmit_sends_nothing(
     grant(journal, "case-1")
     gate = refund_agent.build_gate(client, journal.path, Tier.LOOKUP)
     payload = {"payment_intent": payment, "amount": REFUND_CENTS}
-    premises = refund_agent.refund_premises(client, "case-1", payload)
     proposal = Proposal(
-        "case-1", refund_agent.TARGET, refund_agent.ACTION, payload, refund_agent.LEASE_ID, premises
+        "case-1", refund_agent.TARGET, refund_agent.ACTION, payload, refund_agent.LEASE_ID
     )
+    premises = refund_premises(client)(proposal.proposed_body([]))
+    proposal = dataclasses.replace(proposal, premises=premises)
     first = gate.submit(proposal)
     again = gate.submit(proposal)
     assert first.final_state == "COMMITTED" and again == first
