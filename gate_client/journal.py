@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -197,7 +198,8 @@ def utc_now() -> datetime:
 
 
 class LocalJournal:
-    """An append-only, fsync'd, hash-chained file; safe for several processes on one machine.
+    """An append-only, fsync'd, hash-chained file; safe for several processes on one machine and
+    for several threads sharing one instance.
 
     Every operation holds an exclusive flock while it reads what other processes appended and
     writes its own entry, so check-then-append (the lease check, the attempt compare-and-set) is
@@ -216,6 +218,7 @@ class LocalJournal:
         self._clock = clock
         self._entries: list[Entry] = []
         self._offset = 0
+        self._thread_lock = threading.Lock()
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         if created:
@@ -308,12 +311,15 @@ class LocalJournal:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            self._catch_up()
-            yield
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        # flock excludes other open files, not other threads sharing this one: they take turns
+        # on the thread lock first.
+        with self._thread_lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                self._catch_up()
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _catch_up(self) -> None:
         """Read what was appended since we last looked, checking seq and chain as we go."""

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,20 @@ def test_concurrent_writer_processes_leave_one_gapless_chain(tmp_path: Path) -> 
     for writer in range(5):
         mine = [e.body_value()["n"] for e in entries if e.effect_id.startswith(f"w{writer}-")]
         assert mine == list(range(40))
+
+
+def test_threads_sharing_one_journal_leave_one_gapless_chain(tmp_path: Path) -> None:
+    """flock does not exclude threads that share one open file: the journal must."""
+    journal = LocalJournal(tmp_path / "journal")
+
+    def write(writer: int) -> None:
+        for n in range(40):
+            journal.record(kind=EntryKind.OBSERVED, effect_id=f"t{writer}-{n}", body={"n": n})
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(write, range(6)))
+    entries = LocalJournal(journal.path).entries()  # reopening re-checks every seq and link
+    assert [e.seq for e in entries] == list(range(240))
 
 
 @pytest.mark.slow
