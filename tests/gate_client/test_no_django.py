@@ -17,6 +17,12 @@ MODULES = [
     "gate_client.faults",
     "gate_client.receipts",
     "gate_client.gate",
+    "gate_client.adapters.outcomes",
+    "gate_client.adapters.decorator",
+    "gate_client.adapters.stripe_refunds",
+    "gate_client.adapters.resend_email",
+    "gate_client.adapters.mcp_tools",
+    "gate_client.adapters.temporal",
 ]
 
 

@@ -1,0 +1,87 @@
+"""The README's adapter examples, run as written against the local peers: a README that no
+longer runs fails here."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
+from tests.peers.resend_server import running_resend
+
+EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
+
+
+def examples() -> dict[str, str]:
+    return dict(EXAMPLE.findall((REPO_ROOT / "README.md").read_text()))
+
+
+def run(code: str, work_dir: Path, env: dict[str, str]) -> list[str]:
+    script = work_dir / "example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=work_dir,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_every_adapter_has_an_example() -> None:
+    assert set(examples()) == {"stripe", "resend", "gated", "mcp", "temporal"}
+
+
+@pytest.mark.slow
+def test_the_stripe_example_refunds_once(tmp_path: Path) -> None:
+    with running_localstripe(tmp_path) as url:
+        client = stripe_client(url)
+        payment = paid_intent(client, 10_000)
+        env = {
+            "STRIPE_API_KEY": "sk_test_readme",
+            "STRIPE_API_BASE": url,
+            "PAYMENT_INTENT": payment,
+        }
+        (tmp_path / "var").mkdir()
+        assert run(examples()["stripe"], tmp_path, env) == ["COMMITTED True"]
+        assert run(examples()["stripe"], tmp_path, env) == ["COMMITTED True"]  # not twice
+        assert [r.amount for r in refunds_of(client, payment)] == [2_000]
+
+
+@pytest.mark.slow
+def test_the_resend_example_emails_once(tmp_path: Path) -> None:
+    store = tmp_path / "emails.jsonl"
+    with running_resend(store, verified_domains=("shop.example",)) as server:
+        env = {"RESEND_API_KEY": "re_readme", "RESEND_API_URL": server.url}
+        (tmp_path / "var").mkdir()
+        assert run(examples()["resend"], tmp_path, env) == ["COMMITTED True"]
+        assert run(examples()["resend"], tmp_path, env) == ["COMMITTED True"]
+        [email] = server.emails()
+        assert email["subject"] == "Your refund is on the way"
+
+
+def test_the_gated_example(tmp_path: Path) -> None:
+    (tmp_path / "var").mkdir()
+    assert run(examples()["gated"], tmp_path, {}) == ["True closed", "REFUSED:payload_changed"]
+
+
+@pytest.mark.slow
+def test_the_temporal_example_retries_without_acting_twice(tmp_path: Path) -> None:
+    (tmp_path / "var").mkdir()
+    assert run(examples()["temporal"], tmp_path, {}) == ["COMMITTED True 1"]
+
+
+def test_the_mcp_example(tmp_path: Path) -> None:
+    (tmp_path / "var").mkdir()
+    printed = run(examples()["mcp"], tmp_path, {})
+    assert printed[0] == "None COMMITTED True"
+    assert printed[1].startswith("1 True Refused, not done: this tool was already called")
