@@ -155,17 +155,24 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class TargetHTTPServer(ThreadingHTTPServer):
+class LocalHTTPServer(ThreadingHTTPServer):
+    """A peer for crash tests, on 127.0.0.1 and a free port."""
+
     request_queue_size = 64  # a whole matrix connects at once; the default 5 drops SYNs
 
-    def __init__(self, service: Service) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.service = service
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client SIGKILLed mid-response is the point of the exercise, not an error."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
+
+
+class TargetHTTPServer(LocalHTTPServer):
+    def __init__(self, service: Service) -> None:
+        super().__init__(Handler)
+        self.service = service
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import svix.webhooks
+
+from gate_client.reference_service import LocalHTTPServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_RECIPIENTS = 50
@@ -484,17 +486,10 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-class ResendHTTPServer(ThreadingHTTPServer):
-    request_queue_size = 64  # an experiment's burst connects at once; the default 5 drops SYNs
-
+class ResendHTTPServer(LocalHTTPServer):
     def __init__(self, service: Service) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__(Handler)
         self.service = service
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client killed mid-response is what the experiments do, not an error."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,15 +40,28 @@ def payments(tmp_path: Path) -> Payments:
     return Payments(tmp_path / "payments.jsonl")
 
 
-def test_a_call_runs_once_and_a_repeat_returns_the_first_result(
-    journal: LocalJournal, payments: Payments
-) -> None:
-    functions = GatedFunctions(journal)
+@pytest.fixture
+def functions(journal: LocalJournal) -> GatedFunctions:
+    return GatedFunctions(journal)
+
+
+Refund = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def refund(functions: GatedFunctions, payments: Payments) -> Refund:
+    """A tier-3 refund: it takes no key and nothing can look it up."""
 
     @functions.gated(case_id=case, lease_id=lease)
     def refund(order: str, amount_cents: int) -> dict[str, Any]:
         return payments.refund(order, amount_cents)
 
+    return refund
+
+
+def test_a_call_runs_once_and_a_repeat_returns_the_first_result(
+    functions: GatedFunctions, refund: Refund, payments: Payments
+) -> None:
     first = refund("A1", 2_000)
     assert first == {"id": "re_1", "order": "A1", "amount": 2_000}
     assert refund("A1", amount_cents=2_000) == first  # read back from the journal
@@ -58,14 +72,8 @@ def test_a_call_runs_once_and_a_repeat_returns_the_first_result(
 
 
 def test_other_arguments_for_the_same_case_are_refused_and_never_sent(
-    journal: LocalJournal, payments: Payments
+    refund: Refund, payments: Payments
 ) -> None:
-    functions = GatedFunctions(journal)
-
-    @functions.gated(case_id=case, lease_id=lease)
-    def refund(order: str, amount_cents: int) -> dict[str, Any]:
-        return payments.refund(order, amount_cents)
-
     refund("A1", 2_000)
     with pytest.raises(EffectRefused) as refused:
         refund("A1", 3_000)
@@ -74,9 +82,8 @@ def test_other_arguments_for_the_same_case_are_refused_and_never_sent(
 
 
 def test_lease_and_premises_are_checked_before_the_function_runs(
-    journal: LocalJournal, payments: Payments
+    functions: GatedFunctions, payments: Payments
 ) -> None:
-    functions = GatedFunctions(journal)
     world = {"refundable": False}
 
     def still_refundable(order: str, **_: Any) -> list[Premise]:
@@ -97,14 +104,8 @@ def test_lease_and_premises_are_checked_before_the_function_runs(
     assert payments.acts() == []
 
 
-def test_a_revoked_lease_refuses(journal: LocalJournal, payments: Payments) -> None:
-    functions = GatedFunctions(journal)
+def test_a_revoked_lease_refuses(journal: LocalJournal, refund: Refund, payments: Payments) -> None:
     journal.revoke_lease("lease-A1", by="finance", reason="fraud review")
-
-    @functions.gated(case_id=case, lease_id=lease)
-    def refund(order: str, amount_cents: int) -> dict[str, Any]:
-        return payments.refund(order, amount_cents)
-
     with pytest.raises(EffectRefused) as refused:
         refund("A1", 2_000)
     assert refused.value.receipt.final_state == "REFUSED:lease_revoked"
@@ -112,9 +113,8 @@ def test_a_revoked_lease_refuses(journal: LocalJournal, payments: Payments) -> N
 
 
 def test_a_declared_refusal_is_a_failure_and_carries_the_cause(
-    journal: LocalJournal, payments: Payments
+    functions: GatedFunctions, payments: Payments
 ) -> None:
-    functions = GatedFunctions(journal)
 
     class CardDeclined(Exception):
         pass
@@ -129,15 +129,7 @@ def test_a_declared_refusal_is_a_failure_and_carries_the_cause(
     assert isinstance(failed.value.__cause__, CardDeclined)
 
 
-def test_an_error_after_acting_is_ambiguous_at_tier_3(
-    journal: LocalJournal, payments: Payments
-) -> None:
-    functions = GatedFunctions(journal)
-
-    @functions.gated(case_id=case, lease_id=lease)
-    def refund(order: str, amount_cents: int) -> dict[str, Any]:
-        return payments.refund(order, amount_cents)
-
+def test_an_error_after_acting_is_ambiguous_at_tier_3(refund: Refund, payments: Payments) -> None:
     payments.fail_after_acting = ConnectionError
     with pytest.raises(EffectAmbiguous) as ambiguous:
         refund("A1", 2_000)
@@ -149,9 +141,8 @@ def test_an_error_after_acting_is_ambiguous_at_tier_3(
 
 
 def test_a_function_that_dedupes_is_resent_under_its_effect_id(
-    journal: LocalJournal, payments: Payments
+    functions: GatedFunctions, payments: Payments
 ) -> None:
-    functions = GatedFunctions(journal)
 
     @functions.gated(case_id=case, lease_id=lease)
     def refund(order: str, amount_cents: int, effect_id: str) -> dict[str, Any]:
@@ -166,8 +157,7 @@ def test_a_function_that_dedupes_is_resent_under_its_effect_id(
     assert functions.receipt(effect_id).final_state == "COMMITTED_BY_RETRY"
 
 
-def test_a_lookup_settles_without_resending(journal: LocalJournal, payments: Payments) -> None:
-    functions = GatedFunctions(journal)
+def test_a_lookup_settles_without_resending(functions: GatedFunctions, payments: Payments) -> None:
 
     def find(order: str, amount_cents: int, effect_id: str) -> dict[str, Any] | None:
         return payments.find(effect_id)
@@ -188,10 +178,8 @@ def test_a_lookup_settles_without_resending(journal: LocalJournal, payments: Pay
 
 
 def test_bad_declarations_and_arguments_fail_before_anything_runs(
-    journal: LocalJournal, payments: Payments
+    functions: GatedFunctions, payments: Payments
 ) -> None:
-    functions = GatedFunctions(journal)
-
     def plain(order: str) -> None:
         payments.refund(order, 1)
 
@@ -206,7 +194,7 @@ def test_bad_declarations_and_arguments_fail_before_anything_runs(
         gated_plain("A1", "unexpected")  # type: ignore[call-arg]
     with pytest.raises(ValueError):
         gated_plain(float("nan"))  # type: ignore[arg-type]
-    assert payments.acts() == [] and journal.unsettled() == []
+    assert payments.acts() == [] and functions.journal.unsettled() == []
 
 
 @pytest.mark.slow
