@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from django.core.management import get_commands
 
 from notary.celery import app
 from tests.conftest import REPO_ROOT
+from tests.notary_server import free_port
 
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 
@@ -61,12 +61,6 @@ def test_compose_environment_names_settings_the_notary_reads() -> None:
         assert f'"{name}"' in settings_source, f"{name} is not read by notary/settings.py"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _production_env(tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
@@ -82,7 +76,7 @@ def _production_env(tmp_path: Path) -> dict[str, str]:
 def test_gunicorn_serves_the_wsgi_app_from_compose(tmp_path: Path) -> None:
     command = _command("web")
     assert command[:2] == ["gunicorn", "notary.wsgi:application"]
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", command[1], "--bind", f"127.0.0.1:{port}"],
         cwd=REPO_ROOT,
