@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench experiments clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(BIN)/.installed
 	$(BIN)/python experiments/bench_notary.py
 	$(BIN)/python experiments/bench_webhooks.py
 	$(BIN)/python experiments/bench_exports.py
+
+# Regenerates experiments/results/*.md and *.json (a few minutes; PostgreSQL on 127.0.0.1).
+experiments: $(BIN)/.installed
+	$(BIN)/python experiments/run_experiments.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

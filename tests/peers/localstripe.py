@@ -18,7 +18,12 @@ import stripe
 
 from tests.notary_server import free_port
 
-TEST_CARD = {"number": "4242424242424242", "exp_month": 12, "exp_year": 2040, "cvc": "123"}
+TEST_CARD: stripe.params.PaymentMethodCreateParamsCard = {
+    "number": "4242424242424242",
+    "exp_month": 12,
+    "exp_year": 2040,
+    "cvc": "123",
+}
 
 
 def stripe_client(url: str, *, timeout_seconds: float = 5.0) -> stripe.StripeClient:
