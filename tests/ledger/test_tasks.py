@@ -5,6 +5,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from ledger import services
 from ledger.core.checkpoint import log_verifier, open_checkpoint
@@ -42,3 +43,34 @@ def test_a_real_worker_signs_checkpoints_from_the_redis_queue(
     checkpoint = Checkpoint.objects.get(log=log)
     opened = open_checkpoint(checkpoint.note, [log_verifier(log.origin, signer)], origin=log.origin)
     assert opened.size == 1
+
+
+def worker_backends() -> list[int]:
+    """The server processes of every other session on this test database: the worker's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+@pytest.mark.slow
+def test_a_worker_keeps_one_connection_across_tasks_and_survives_losing_it(
+    transactional_db: None, signing_key_file: Path
+) -> None:
+    log = services.ensure_log(origin=f"worker.interlock.example/{secrets.token_hex(4)}")
+
+    def sign_at(size: int) -> None:
+        services.append_entry(log=log, kind="PROPOSED", body={"n": size})
+        sign_due_checkpoints.apply_async(queue=queue)
+        wait_until(lambda: Checkpoint.objects.filter(log=log, size=size).exists())
+
+    with running_worker(NOTARY_SIGNING_KEY_FILE=str(signing_key_file)) as (queue, wait_until):
+        for size in (1, 2, 3):
+            sign_at(size)
+        [backend] = worker_backends()  # three tasks, one session
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [backend])  # as a restart would
+        sign_at(4)
+        assert worker_backends() != [backend]
