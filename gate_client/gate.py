@@ -153,17 +153,21 @@ class Gate:
         premises: Sequence[Premise],
         attempt: int,
     ) -> Receipt:
-        """Tier 3 lifted to tier 2 by the notary's evidence. Found: it happened. Not seen before
-        the window closes: AMBIGUOUS, which later evidence still settles. Not seen by then, or
-        seen not done: it counts as not sent, so re-check and resend, the assumption stated."""
+        """Tier 3 lifted to tier 2 by the notary's evidence. Found: it happened. Not seen while
+        the window is open: still in flight, which evidence settles at the notary as it arrives
+        and a recover() after the window decides; nobody is asked yet. Not seen by then, or seen
+        not done: it counts as not sent, so re-check and resend, the assumption stated. A
+        journal with no window to wait for: AMBIGUOUS."""
         answer = self.journal.evidence(effect_id)
         if isinstance(answer, Found):
             found = {"evidence": "found"}
             return self._commit(
                 effect_id, attempt, "COMMITTED_ON_EVIDENCE", answer.result_ref, found
             )
+        if isinstance(answer, Unknown) and answer.until is not None:
+            return self._receipt(effect_id)
         if isinstance(answer, Unknown):
-            return self._ambiguous(effect_id, {"evidence": "none yet", "detail": answer.reason})
+            return self._ambiguous(effect_id, {"evidence": "none", "detail": answer.reason})
         failure, results = self._recheck(proposed, premises)
         if failure is None:
             assumed = {"evidence": "not seen within the evidence window: taken as not sent"}

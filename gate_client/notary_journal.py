@@ -182,7 +182,8 @@ class NotaryJournal:
             return Found(shown["result_ref"])
         if shown["answer"] == "not_found":
             return NotFound()
-        return Unknown(shown["reason"])
+        ends = shown.get("window_ends_at")
+        return Unknown(shown["reason"], until=_timestamp(ends) if ends else None)
 
     def _effect(self, effect_id: str) -> dict[str, Any] | None:
         try:

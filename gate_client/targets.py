@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 
@@ -44,6 +44,8 @@ class NotFound:
 @dataclass(frozen=True)
 class Unknown:
     reason: str
+    # When asking again may answer: the end of an evidence window still open. None: no telling.
+    until: datetime | None = None
 
 
 SendOutcome = Sent | FailedDefinitively

@@ -160,7 +160,7 @@ def mail(tenant: Tenant, lease: Lease) -> Proposal:
     )
 
 
-def test_tier_3_is_ambiguous_until_the_notary_sees_evidence_then_settled_without_a_person(
+def test_tier_3_stays_in_flight_while_the_window_is_open_then_evidence_settles_it(
     notary_url: str,
 ) -> None:
     tenant, token, service_token, lease = mail_tenant()
@@ -168,9 +168,9 @@ def test_tier_3_is_ambiguous_until_the_notary_sees_evidence_then_settled_without
     with NotaryJournal(notary_url, token) as journal:
         gate = Gate(journal, {"mail": target})
         receipt = gate.submit(mail(tenant, lease))
-        assert receipt.final_state == "AMBIGUOUS"  # the window is open and nothing was seen
-        assert receipt.recheck_at_recovery is not None
-        assert receipt.recheck_at_recovery["evidence"] == "none yet"
+        # The window is open and nothing was seen: no verdict, and no person asked yet.
+        assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
+        assert journal.unsettled() == [receipt.effect_id]
         attested = httpx.post(
             f"{notary_url}/v1/attestations",
             json={"effect_id": receipt.effect_id, "performed": True, "reference": "msg_1"},
