@@ -278,8 +278,7 @@ def build_gate(args: argparse.Namespace) -> tuple[Gate, str]:
 def run_gate(args: argparse.Namespace) -> None:
     gate, target = build_gate(args)
     if args.restarted:
-        for receipt in gate.recover():
-            emit_receipt("recover", receipt)
+        recover_until_settled(gate)
     payload: dict[str, Any] = (
         {"payment_intent": args.payment, "amount": args.amount}
         if args.stripe
@@ -291,6 +290,20 @@ def run_gate(args: argparse.Namespace) -> None:
         args.case, target, ACTION, payload, args.lease, premises=premises, tenant=args.tenant
     )
     emit_receipt("submit", gate.submit(proposal))
+
+
+def recover_until_settled(gate: Gate, *, patience_seconds: float = 30.0) -> None:
+    """The seed's worker: recover() until nothing is left in flight, then go on. An effect that
+    waits out the notary's evidence window is asked about again every half second."""
+    deadline = time.monotonic() + patience_seconds
+    while True:
+        receipts = gate.recover()
+        for receipt in receipts:
+            emit_receipt("recover", receipt)
+        in_flight = [r for r in receipts if r.final_state in ("PROPOSED", "DISPATCHED")]
+        if not in_flight or time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
 
 
 def emit_receipt(step: str, receipt: Receipt) -> None:

@@ -54,7 +54,7 @@ PAYMENT_CENTS = 10_000
 APPROVED_CENTS = 2_000
 REDECIDED_CENTS = 3_000
 LOCAL_ORIGIN = "gate.local/journal"
-EVIDENCE_WINDOW = timedelta(seconds=30)
+EVIDENCE_WINDOW = timedelta(seconds=5)
 WEBHOOK_DELAY_SECONDS = 1.0  # how long after a refund its webhook reaches the notary
 PARALLEL_CELLS = 4  # a cell mostly waits on processes; two cores keep up with four
 CELL_TIMEOUT_SECONDS = 60
@@ -996,21 +996,24 @@ def findings(scenario: Scenario) -> list[str]:
     notary, tier3 = r.get("gate_tier3_notary"), r.get("gate_tier3")
     if notary is not None:
         evidence = notary.count(lambda c: c.answer.startswith("COMMITTED_ON_EVIDENCE"))
-        late = notary.count(
-            lambda c: c.answer.startswith("COMMITTED_ON_EVIDENCE") and "said AMBIGUOUS" in c.answer
+        assumed = notary.count(
+            lambda c: any(
+                sign in json.dumps(c.detail.get("receipt", {}))
+                for sign in ("taken as not sent", '"not_seen"')
+            )
         )
+        window = int(EVIDENCE_WINDOW.total_seconds())
         text = (
             "**4. What the notary adds.** The same tier-3 service, its refund webhooks reaching "
             f"the notary: {notary.to_a_person}/{notary.n} cells left to a person"
             + (f" (gate_tier3: {tier3.to_a_person}/{tier3.n})" if tier3 is not None else "")
-            + f"; {evidence} settled COMMITTED_ON_EVIDENCE, {late} of them after the restarted "
-            "process had already recorded AMBIGUOUS (the webhook came later and settled it "
-            f"without a person), all with receipts that verify against the tenant's log "
-            f"({notary.proves}/{notary.n} prove their outcome). What stays AMBIGUOUS: "
-            f"{ambiguous_unpaid(notary)} cells with no refund made, the crash after DISPATCHED "
-            "and before the request left. No refund, no webhook; after the evidence window the "
-            "notary would answer 'not seen', but the gate writes AMBIGUOUS at once rather than "
-            "wait out the window, and an AMBIGUOUS verdict is never resent."
+            + f"; {evidence} settled COMMITTED_ON_EVIDENCE by the webhook, with no resend. "
+            "While the evidence window is open the gate leaves an unseen effect in flight "
+            "rather than ask a person; the restarted process asks again until the window "
+            f"closes ({window} s here). In {assumed} cell(s) nothing was seen by then, which "
+            "counts as not sent: the lease and the premise were re-checked and the refund "
+            "resent or refused, the assumption stated on the receipt. All receipts verify "
+            f"against the tenant's log ({notary.proves}/{notary.n} prove their outcome)."
         )
         if notary.median() is not None:
             text += f" Crash to settled: {notary.seconds()}, the webhook's delay."
