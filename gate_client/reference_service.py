@@ -184,32 +184,40 @@ class RunningServer:
         return read_acts(self.store, effect_id)
 
     def drop_next_response(self, effect_id: str) -> None:
-        request = urllib.request.Request(
-            f"{self.url}/control/drop-response",
-            data=json.dumps({"effect_id": effect_id}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=5) as response:
-            response.read()
+        post_control(f"{self.url}/control/drop-response", {"effect_id": effect_id})
+
+
+def post_control(url: str, body: dict[str, Any]) -> None:
+    """Tell a local peer how to behave next (a JSON POST to its control endpoint)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        response.read()
+
+
+@contextmanager
+def serving(command: list[str], *, cwd: Path | None = None) -> Iterator[str]:
+    """Run a local peer that prints its port once it listens; yield its URL; stop it."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield f"http://127.0.0.1:{int(process.stdout.readline())}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @contextmanager
 def running_server(store: Path, *, dedupe: bool, lookup: bool) -> Iterator[RunningServer]:
     """Start the service as its own process; stop it on exit."""
     flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gate_client.reference_service", "--store", str(store), *flags],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        yield RunningServer(f"http://127.0.0.1:{port}", store)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    command = [sys.executable, "-m", "gate_client.reference_service", "--store", str(store)]
+    with serving([*command, *flags]) as url:
+        yield RunningServer(url, store)
 
 
 def main() -> None:

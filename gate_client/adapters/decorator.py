@@ -66,6 +66,7 @@ class FunctionTarget:
     max_inflight: timedelta
     fails_on: tuple[type[BaseException], ...]
     find: Callable[..., Any] | None
+    takes_effect_id: bool  # it dedupes on the effect id, passed as `effect_id`
     evidence_window: timedelta | None = None
     queryable: bool = field(init=False)
     # What the function returned or raised in this process, by effect id, for the caller.
@@ -95,8 +96,9 @@ class FunctionTarget:
         return NotFound() if found is None else Found(_as_result_ref(found))
 
     def _arguments(self, effect_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        wants_id = EFFECT_ID_PARAMETER in inspect.signature(self.function).parameters
-        return {**payload, EFFECT_ID_PARAMETER: effect_id} if wants_id else dict(payload)
+        if self.takes_effect_id:
+            return {**payload, EFFECT_ID_PARAMETER: effect_id}
+        return dict(payload)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ class GatedFunctions:
                 max_inflight=max_inflight,
                 fails_on=fails_on,
                 find=lookup,
+                takes_effect_id=takes_id,
             )
             self._specs[name] = _Spec(
                 signature=signature.replace(

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -47,9 +46,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import svix.webhooks
 
-from gate_client.reference_service import LocalHTTPServer
+from gate_client.reference_service import LocalHTTPServer, post_control, serving
+from tests.notary_server import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_RECIPIENTS = 50
 MAX_KEY_LENGTH = 256
 BOUNCE_ADDRESS = "bounced@resend.dev"  # Resend's test recipient that always bounces
@@ -513,14 +512,7 @@ class RunningResend:
         return _read_lines(deliveries_path(self.store))
 
     def set_webhooks(self, deliver: bool) -> None:
-        request = urllib.request.Request(
-            f"{self.url}/_control/webhooks",
-            data=json.dumps({"deliver": deliver}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=5) as response:
-            response.read()
+        post_control(f"{self.url}/_control/webhooks", {"deliver": deliver})
 
 
 @contextmanager
@@ -554,14 +546,8 @@ def running_resend(
         command += ["--webhook-url", webhook_url]
     if webhook_secret is not None:
         command += ["--webhook-secret", webhook_secret]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        yield RunningResend(f"http://127.0.0.1:{port}", store)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with serving(command, cwd=REPO_ROOT) as url:
+        yield RunningResend(url, store)
 
 
 def main() -> None:
