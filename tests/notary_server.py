@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +19,27 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def wait_until_answering(
+    ask: Callable[[], object],
+    process: subprocess.Popen[bytes],
+    log: Path,
+    name: str,
+    not_yet: type[Exception] | tuple[type[Exception], ...],
+) -> None:
+    """Ask a starting server until it answers; fail with its log if it dies, or after 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ask()
+            return
+        except not_yet:
+            if process.poll() is not None:
+                raise RuntimeError(log.read_text()) from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} did not answer within 30 s") from None
+            time.sleep(0.1)
 
 
 @contextmanager
@@ -64,19 +85,13 @@ def running_notary(
         stderr=log.open("ab"),
     )
     url = f"http://127.0.0.1:{port}"
+
+    def healthz() -> None:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as reply:
+            reply.read()
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as reply:
-                    reply.read()
-                    break
-            except OSError:
-                if server.poll() is not None:
-                    raise RuntimeError(log.read_text()) from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the notary did not answer within 30 s") from None
-                time.sleep(0.2)
+        wait_until_answering(healthz, server, log, "the notary", OSError)
         yield url
     finally:
         server.terminate()

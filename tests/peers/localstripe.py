@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import stripe
 
-from tests.notary_server import free_port
+from tests.notary_server import free_port, wait_until_answering
 
 TEST_CARD: stripe.params.PaymentMethodCreateParamsCard = {
     "number": "4242424242424242",
@@ -50,18 +49,14 @@ def running_localstripe(work_dir: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        client = stripe_client(url, timeout_seconds=2)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.v1.refunds.list(params={"limit": 1})
-                break
-            except stripe.APIConnectionError:
-                if process.poll() is not None:
-                    raise RuntimeError(log.read_text()) from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError("localstripe did not answer within 30 s") from None
-                time.sleep(0.1)
+        refunds = stripe_client(url, timeout_seconds=2).v1.refunds
+        wait_until_answering(
+            lambda: refunds.list(params={"limit": 1}),
+            process,
+            log,
+            "localstripe",
+            stripe.APIConnectionError,
+        )
         yield url
     finally:
         process.terminate()
