@@ -214,7 +214,6 @@ def wait_for_evidence(journal: Journal, limit: float) -> None:
 
 def run_gate(args: argparse.Namespace, journal: Journal) -> dict[str, Any]:
     target = email_agent.target_for(args.system, RESEND_KEY_WINDOW)
-    target.max_inflight = email_agent.TIMEOUT
     premise = refund_premise(args.world, args.system)
     gate = Gate(journal, {email_agent.TARGET: target}, premises_for=lambda proposed: [premise])
     if args.system == "interlock_notary":

@@ -54,13 +54,23 @@ def message(case_id: str) -> dict[str, Any]:
 
 
 def target_for(system: str, key_window: timedelta) -> ResendEmail:
+    """What the gate may assume of Resend under each system; a request is in flight as long
+    as the SDK's client waits for it."""
     if system == "interlock":
-        return ResendEmail(name=TARGET, key_window=key_window, probe_from=PROBE_FROM)
+        return ResendEmail(
+            name=TARGET, key_window=key_window, max_inflight=TIMEOUT, probe_from=PROBE_FROM
+        )
     if system == "interlock_noprobe":
-        return ResendEmail(name=TARGET, key_window=key_window)
+        return ResendEmail(name=TARGET, key_window=key_window, max_inflight=TIMEOUT)
     # Told Resend offers neither dedup nor lookup; the notary's evidence may still answer.
     evidence = TIMEOUT if system == "interlock_notary" else None
-    return ResendEmail(name=TARGET, tier=Tier.NEITHER, key_window=None, evidence_window=evidence)
+    return ResendEmail(
+        name=TARGET,
+        tier=Tier.NEITHER,
+        key_window=None,
+        max_inflight=TIMEOUT,
+        evidence_window=evidence,
+    )
 
 
 def main() -> None:
@@ -88,7 +98,6 @@ def main() -> None:
         crash_point(CrashPoint.AFTER_TARGET_ACTED)
         return
     target = target_for(args.system, timedelta(seconds=args.key_window))
-    target.max_inflight = TIMEOUT
     journal: Journal = (
         NotaryJournal(args.notary, args.notary_token) if args.notary else LocalJournal(args.journal)
     )
