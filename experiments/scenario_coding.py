@@ -429,7 +429,7 @@ def record_proves(receipt: Mapping[str, Any], journal_path: Path, landed: bool) 
     """The receipt re-derives from the journal (chain included) and names what happened."""
     with closing(LocalJournal(journal_path)) as journal:
         entries = journal.entries()
-    claimed = Receipt(**{**receipt, "entry_seqs": tuple(receipt["entry_seqs"])})
+    claimed = Receipt.from_dict(receipt)
     try:
         verify_receipt(claimed, entries, origin=JOURNAL_ORIGIN)
     except ReceiptError:

@@ -527,7 +527,7 @@ class Experiment:
                 entries = journal.entries()
                 origin = journal.origin
             source = f"the worker's receipt and its local journal ({len(entries)} entries)"
-        receipt = Receipt(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
+        receipt = Receipt.from_dict(data)
         problem = ""
         try:
             verify_receipt(receipt, entries, origin=origin)

@@ -592,14 +592,14 @@ def judge_gate(cell: Cell, setup: Setup, processes: Sequence[Any], crashed_at: f
         served = setup.tenant.receipt(setup.effect_id)
         if served is None:
             raise RuntimeError("the notary never heard of the effect")
-        standing = receipt_from(served)
+        standing = Receipt.from_dict(served)
     else:
         standing = derive_receipt(entries, setup.effect_id)
         mine = [
             r for r in printed if r["proposed"]["payload_hash"] == standing.proposed["payload_hash"]
         ]
         if mine:
-            standing = receipt_from(mine[-1])  # what the process said, checked below
+            standing = Receipt.from_dict(mine[-1])  # what the process said, checked below
     problems = []
     try:
         verify_receipt(standing, entries, origin=origin)
@@ -610,7 +610,7 @@ def judge_gate(cell: Cell, setup: Setup, processes: Sequence[Any], crashed_at: f
     ]
     for other in others:
         try:
-            verify_receipt(receipt_from(other), entries, origin=origin)
+            verify_receipt(Receipt.from_dict(other), entries, origin=origin)
         except ReceiptError as error:
             problems.append(str(error))
     happened_truth = any(r["effect_id"] == setup.effect_id for r in cell.truth["agent_refunds"])
@@ -649,10 +649,6 @@ def journal_entries(setup: Setup) -> tuple[list[Entry], str]:
         return opened.entries(), LOCAL_ORIGIN
     finally:
         opened.close()
-
-
-def receipt_from(data: dict[str, Any]) -> Receipt:
-    return Receipt(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
 
 
 # --- the scenario --------------------------------------------------------------------------------

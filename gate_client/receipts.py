@@ -39,6 +39,11 @@ class Receipt:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Receipt:
+        """The receipt `to_dict` gave, back from JSON (which turned its seqs into a list)."""
+        return cls(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
+
 
 def derive_receipt(
     journal: Sequence[Entry], effect_id: str, *, payload_hash: str | None = None

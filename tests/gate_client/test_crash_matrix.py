@@ -372,10 +372,6 @@ def set_refund_status(world: Path, status: str) -> None:
     partial.replace(world)
 
 
-def receipt_from(data: Mapping[str, Any]) -> Receipt:
-    return Receipt(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
-
-
 @contextmanager
 def started_servers(directory: Path) -> Iterator[dict[str, RunningServer]]:
     """One service process per target column, each doing what its column says."""
@@ -449,7 +445,7 @@ def gate_problems(run: CellRun) -> list[str]:
     printed = [run.submitted, *run.recovered, run.resubmitted]
     for data in filter(None, printed):
         try:
-            verify_receipt(receipt_from(data), run.journal_entries, origin=run.origin)
+            verify_receipt(Receipt.from_dict(data), run.journal_entries, origin=run.origin)
         except ReceiptError as error:
             problems.append(f"receipt does not verify: {error}")
     if found := violations(run.observed()):

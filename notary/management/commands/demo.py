@@ -297,9 +297,8 @@ class Command(BaseCommand):
             proof = parse_tlog_proof(proved["proofs"][str(shown["seq"])])
             checkpoint = proof.verify(leaf, verifiers, origin=origin)
             entries.append(entry_from_leaf(leaf))
-        derived = derive_receipt(entries, effect_id).to_dict()
-        claimed = {**proved["receipt"], "entry_seqs": tuple(proved["receipt"]["entry_seqs"])}
-        if derived != claimed:
+        derived = derive_receipt(entries, effect_id)
+        if derived != Receipt.from_dict(proved["receipt"]):
             raise CommandError(f"the receipt does not follow from its entries: {derived}")
         self._say(
             f"6. Checked with the published key alone: {len(entries)} entries, each proved "
