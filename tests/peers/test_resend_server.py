@@ -106,7 +106,7 @@ def test_the_same_key_with_another_body_is_refused(server: RunningResend) -> Non
 
 
 def test_a_concurrent_duplicate_is_refused_while_the_first_is_in_flight(tmp_path: Path) -> None:
-    with resend_at(tmp_path / "emails.jsonl", send_delay_seconds=0.5) as server:
+    with resend_at(tmp_path / "emails.jsonl", send_delay_seconds=1.0) as server:
         start = threading.Barrier(2)
         ids: list[str] = []
         errors: list[ResendError] = []
@@ -130,10 +130,10 @@ def test_a_concurrent_duplicate_is_refused_while_the_first_is_in_flight(tmp_path
 
 
 def test_a_key_is_forgotten_after_the_key_window(tmp_path: Path) -> None:
-    with resend_at(tmp_path / "emails.jsonl", key_window_seconds=0.6) as server:
+    with resend_at(tmp_path / "emails.jsonl", key_window_seconds=1.5) as server:
         first = send("k-1")
         assert send("k-1") == first  # still within the window
-        time.sleep(0.65)
+        time.sleep(1.6)
 
         second = send("k-1")
 

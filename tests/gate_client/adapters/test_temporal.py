@@ -276,13 +276,13 @@ def test_every_attempt_of_an_activity_proposes_the_same_effect() -> None:
 
 def test_heartbeating_sleep_beats_within_the_timeout_and_outside_an_activity_only_sleeps() -> None:
     beats: list[float] = []
-    env = activity_env("refund-44", 1, heartbeat_timeout=0.2)  # a beat every 0.1 s at most
+    env = activity_env("refund-44", 1, heartbeat_timeout=1.0)  # a beat every 0.5 s at most
     env.on_heartbeat = lambda *details: beats.append(time.monotonic())
     started = time.monotonic()
-    env.run(heartbeating_sleep, 0.35)
-    assert time.monotonic() - started >= 0.35
+    env.run(heartbeating_sleep, 1.2)
+    assert time.monotonic() - started >= 1.2
     gaps = [b - a for a, b in itertools.pairwise([started, *beats])]
-    assert len(beats) >= 4 and max(gaps) < 0.2  # never a heartbeat timeout's silence
+    assert len(beats) >= 3 and max(gaps) < 1.0  # never a heartbeat timeout's silence
 
     started = time.monotonic()
     heartbeating_sleep(0.05)
