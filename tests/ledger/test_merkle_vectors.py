@@ -1,23 +1,18 @@
-"""The transparency-dev/merkle test vectors, read in place from the shared test data."""
+"""The transparency-dev/merkle test vectors (Apache-2.0, see merkle_vectors/SOURCE.txt), kept in
+the repository beside this test."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger.core.merkle import ProofError, verify_consistency, verify_inclusion
-from tests.conftest import REPO_ROOT
 
-VECTORS = Path(
-    os.environ.get(
-        "MERKLE_VECTORS_DIR", REPO_ROOT.parent / "shared" / "testdata" / "merkle-vectors"
-    )
-)
+VECTORS = Path(__file__).resolve().parent / "merkle_vectors"
 
 
 def _cases(kind: str) -> list[Any]:
