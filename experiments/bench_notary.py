@@ -115,6 +115,8 @@ class NoopTarget:
     key_window: timedelta | None = timedelta(hours=24)
     max_inflight = timedelta(seconds=30)
     evidence_window: timedelta | None = None
+    attests_before_acting = False
+    lookup_needs_key = False
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> Sent:
         return Sent(f"noop:{effect_id}")

@@ -49,8 +49,9 @@ from typing import Any
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import Gate
 from gate_client.ids import effect_id_for
-from gate_client.journal import LocalJournal, has_verdict
+from gate_client.journal import LocalJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.protocol import standing
 from gate_client.targets import (
     FailedDefinitively,
     Found,
@@ -410,6 +411,8 @@ class GitRepository:
     key_window: timedelta | None = None
     max_inflight: timedelta = timedelta(seconds=1)
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         patch = payload["patch"].encode()
@@ -473,7 +476,7 @@ def emit(event: Mapping[str, Any]) -> None:
 
 def wait_for_verdict(journal: LocalJournal, effect: str) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
-    while not has_verdict(journal.history(effect)):
+    while standing(journal.history(effect)).state is None:
         if time.monotonic() > deadline:
             raise SystemExit(f"{effect} reached no verdict in {WAIT_SECONDS:.0f}s")
         time.sleep(0.01)

@@ -52,9 +52,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gate_client.adapters.resend_email import RESEND_KEY_WINDOW
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import Gate
-from gate_client.journal import Journal, LocalJournal, has_verdict
+from gate_client.journal import Journal, LocalJournal
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.protocol import standing
 from gate_client.targets import Unknown
 from ledger.core.entries import EntryKind
 from tests.gate_client.adapters import email_agent
@@ -205,7 +206,9 @@ def wait_for_evidence(journal: Journal, limit: float) -> None:
     for effect_id in journal.unsettled():
         while time.monotonic() < deadline:
             history = journal.history(effect_id)
-            if has_verdict(history) or not any(e.kind == EntryKind.DISPATCHED for e in history):
+            if standing(history).state is not None or not any(
+                e.kind == EntryKind.DISPATCHED for e in history
+            ):
                 break
             if not isinstance(journal.evidence(effect_id), Unknown):
                 break

@@ -51,8 +51,9 @@ from experiments.harness import (
 )
 from experiments.live_notary import NotaryTenant, TargetSpec, live_notary
 from gate_client.faults import CrashPoint
-from gate_client.journal import LocalJournal, verdicts
+from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
+from gate_client.protocol import standing as standing_verdict
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from ledger.core.entries import Entry, EntryKind, entry_from_leaf
 from tests.gate_client.adapters import email_agent
@@ -538,8 +539,8 @@ class Experiment:
             problem = problem or "the entries the notary served are not its log's"
         happened = receipt.happened
         history = [e for e in entries if e.effect_id == attempt.effect_id]
-        standing = verdicts(history)
-        verdict_at = standing[-1].created_at.timestamp() if standing else None
+        verdict = standing_verdict(history).verdict
+        verdict_at = verdict.created_at.timestamp() if verdict is not None else None
         dispatched = [e for e in history if e.kind == EntryKind.DISPATCHED]
         dispatch_to_verdict = (
             round(verdict_at - dispatched[0].created_at.timestamp(), 3)
@@ -562,7 +563,9 @@ class Experiment:
                 ],
                 "first_dispatch_to_verdict_seconds": dispatch_to_verdict,
                 "verdict_entries": [
-                    {"seq": e.seq, "kind": str(e.kind), "body": e.body_value()} for e in standing
+                    {"seq": e.seq, "kind": str(e.kind), "body": e.body_value()}
+                    for e in history
+                    if e.kind not in (EntryKind.PROPOSED, EntryKind.DISPATCHED)
                 ],
             },
         )

@@ -40,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments import refund_worker as worker
 from experiments.harness import RESULTS_DIR, Cell, Scenario, run_cells, write_results
 from gate_client.faults import CrashPoint
-from gate_client.journal import LocalJournal, verdicts
+from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
+from gate_client.protocol import standing as standing_verdict
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt, verify_receipt
 from gate_client.reference_service import read_acts, running_server
 from ledger.core.entries import Entry, EntryKind
@@ -626,9 +627,9 @@ def judge_gate(cell: Cell, setup: Setup, processes: Sequence[Any], crashed_at: f
     else:
         cell.answer_vs_truth = "matches" if standing.happened == happened_truth else "contradicts"
     cell.record_proves_it = not problems and standing.happened == happened_truth
-    stands = verdicts(history)
-    if stands and stands[-1].kind != EntryKind.AMBIGUOUS:
-        settled = stands[-1].created_at.timestamp() - crashed_at
+    stands = standing_verdict(history).verdict
+    if stands is not None and stands.kind != EntryKind.AMBIGUOUS:
+        settled = stands.created_at.timestamp() - crashed_at
         cell.crash_to_settled_seconds = round(max(settled, 0.0), 3)
     cell.detail["receipt"] = standing.to_dict()
     cell.detail["receipt_problems"] = problems

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gate_client.faults import CrashPoint, crash_point
@@ -19,13 +19,28 @@ from gate_client.journal import (
     DispatchRequest,
     Journal,
     LeaseRefused,
-    has_verdict,
-    last_attempt,
     utc_now,
 )
 from gate_client.proposal import Premise, Proposal
+from gate_client.protocol import (
+    Answer,
+    Ask,
+    CheckAgain,
+    Dispatch,
+    Facts,
+    Recheck,
+    Record,
+    Settled,
+    TargetDeclaration,
+    Wait,
+    decide,
+    last_attempt,
+    refusal,
+    sent_body,
+    standing,
+)
 from gate_client.receipts import Receipt, derive_receipt
-from gate_client.targets import Found, InDoubt, NotFound, Sent, Target, Tier, Unknown
+from gate_client.targets import InDoubt, Sent, Target
 from ledger.core.entries import Entry, EntryKind
 
 PremisesFor = Callable[[Mapping[str, Any]], Sequence[Premise]]
@@ -40,14 +55,19 @@ class Gate:
         premises_for: PremisesFor = lambda proposed: (),
         clock: Callable[[], datetime] = utc_now,
         sleep: Callable[[float], None] = time.sleep,
+        patience: timedelta = timedelta(seconds=60),
     ) -> None:
         """`premises_for` rebuilds an effect's premises from its PROPOSED body at recovery,
-        when the process that proposed it is gone."""
+        when the process that proposed it is gone. `patience` is the longest the gate waits
+        for a verdict the protocol says may still come (another process's attempt, a request
+        still in flight); past it the effect is returned still in flight, for a later
+        recover() or the notary's sweep."""
         self.journal = journal
         self.targets = targets
         self.premises_for = premises_for
         self.clock = clock
         self.sleep = sleep
+        self.patience = patience
 
     def submit(self, proposal: Proposal) -> Receipt:
         target = self._target(proposal.target)
@@ -64,12 +84,12 @@ class Gate:
                     effect_id=effect_id, body=body, request=request
                 )
             except LeaseRefused as refused:
-                details = {"detail": refused.detail}
-                return self._refuse(effect_id, refused.reason, details, False)
+                failure = {"reason": refused.reason, "detail": refused.detail}
+                return self._record(effect_id, refusal(failure, at_recovery=False))
             if started is not None:
                 history, dispatched = started
                 if dispatched is not None:
-                    return self._send(effect_id, body, target, 1, premises, False)
+                    return self._send(effect_id, body, target, Dispatch(1, premises), False)
         if history is None:
             history = self.journal.history(effect_id)
             if _proposed_entry(history) is None:
@@ -80,254 +100,149 @@ class Gate:
         proposed = _proposed(history)
         if proposed["payload_hash"] != proposal.payload_hash:
             # The first payload stands: a re-decided payload is refused, never sent.
-            standing = proposed["payload_hash"]
+            standing_hash = proposed["payload_hash"]
             self.journal.record(
                 kind=EntryKind.REFUSED,
                 effect_id=effect_id,
                 body={
                     "reason": "payload_changed",
                     "payload_hash": proposal.payload_hash,
-                    "standing_payload_hash": standing,
+                    "standing_payload_hash": standing_hash,
                 },
             )
             return self._receipt(effect_id, payload_hash=proposal.payload_hash)
-        elif has_verdict(history):
-            return self._receipt(effect_id)  # already ended: send nothing
-        elif last_attempt(history):
-            return self._recover_effect(effect_id)
-        return self._first_dispatch(
-            effect_id, proposed, target, proposal.premises, recovering=False
+        # A first dispatch checks the proposal's premises once more; an effect met in flight
+        # recovers by its tier.
+        first = not last_attempt(history)
+        return self._settle(
+            effect_id,
+            history=history,
+            premises=proposal.premises if first else None,
+            recovering=not first,
         )
 
     def recover(self) -> list[Receipt]:
         """Settle every effect that was proposed or dispatched and has no verdict yet."""
-        return [self._recover_effect(effect_id) for effect_id in self.journal.unsettled()]
+        return [self._settle(effect_id) for effect_id in self.journal.unsettled()]
 
-    # --- recovery by tier --------------------------------------------------------------------
+    # --- recovery by tier: the protocol decides, the gate carries it out ------------------------
 
-    def _recover_effect(self, effect_id: str) -> Receipt:
-        history = self.journal.history(effect_id)
-        if has_verdict(history):
-            return self._receipt(effect_id)  # settled meanwhile, by another process
-        proposed = _proposed(history)
-        target = self._target(proposed["target"])
-        premises = self.premises_for(proposed)
-        dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
-        if not dispatches:
-            # The decision was durable and nothing was sent: dispatch it now, checked anew.
-            return self._first_dispatch(effect_id, proposed, target, premises, recovering=True)
-        attempt = dispatches[-1].body_value()["attempt"]
-        tier = target.tier
-        if (
-            tier == Tier.DEDUPES
-            and target.key_window is not None
-            and self.clock() - dispatches[0].created_at >= target.key_window
-        ):
-            tier = Tier.NEITHER  # the key is forgotten: a resend could act twice
-        if tier == Tier.NEITHER and target.evidence_window is None:
-            return self._ambiguous(effect_id, {"reason": "tier 3: nothing to ask, never resend"})
-        if tier == Tier.NEITHER:
-            return self._recover_on_evidence(effect_id, proposed, target, premises, attempt)
-        if tier == Tier.DEDUPES:
-            failure, results = self._recheck(proposed, premises)
-            if failure is None:
-                return self._resend(effect_id, proposed, target, attempt + 1, results)
-            return self._ask_then_settle(effect_id, target, failure)
-        answer = self._ask(effect_id, target)
-        if isinstance(answer, Found):
-            return self._commit(
-                effect_id, attempt, "COMMITTED_ON_QUERY", answer.result_ref, {"lookup": "found"}
-            )
-        if isinstance(answer, Unknown):
-            return self._ambiguous(effect_id, {"lookup": "unknown", "detail": answer.reason})
-        failure, results = self._recheck(proposed, premises)
-        if failure is None:
-            return self._resend(effect_id, proposed, target, attempt + 1, results)
-        return self._refuse_at_recovery(effect_id, failure, "not_found")
-
-    def _recover_on_evidence(
+    def _settle(
         self,
         effect_id: str,
-        proposed: Mapping[str, Any],
-        target: Target,
-        premises: Sequence[Premise],
-        attempt: int,
-    ) -> Receipt:
-        """Tier 3 lifted to tier 2 by the notary's evidence. Found: it happened. Not seen while
-        the window is open: still in flight, which evidence settles at the notary as it arrives
-        and a recover() after the window decides; nobody is asked yet. Not seen by then, or seen
-        not done: it counts as not sent, so re-check and resend, the assumption stated. A
-        journal with no window to wait for: AMBIGUOUS."""
-        answer = self.journal.evidence(effect_id)
-        if isinstance(answer, Found):
-            found = {"evidence": "found"}
-            return self._commit(
-                effect_id, attempt, "COMMITTED_ON_EVIDENCE", answer.result_ref, found
-            )
-        if isinstance(answer, Unknown) and answer.until is not None:
-            return self._receipt(effect_id)
-        if isinstance(answer, Unknown):
-            return self._ambiguous(effect_id, {"evidence": "none", "detail": answer.reason})
-        failure, results = self._recheck(proposed, premises)
-        if failure is None:
-            assumed = {"evidence": "not seen within the evidence window: taken as not sent"}
-            return self._resend(effect_id, proposed, target, attempt + 1, results, assumed)
-        return self._refuse_at_recovery(effect_id, failure, "not_seen")
-
-    def _recheck(
-        self, proposed: Mapping[str, Any], premises: Sequence[Premise]
-    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """What would stop a dispatch now (None if nothing), and the premises as observed."""
-        request = DispatchRequest.of_proposal("", proposed, 0, [], True)
-        lease = self.journal.lease_state(proposed["lease_id"])
-        refusal = request.lease_refusal(lease, now=self.clock())
-        if refusal is not None:
-            return {"reason": refusal[0], "detail": refusal[1]}, []
-        results, failed = _evaluate(premises)
-        if failed:
-            return {"reason": "stale_premise", "failed": failed, "premises": results}, results
-        return None, results
-
-    def _ask_then_settle(
-        self, effect_id: str, target: Target, failure: Mapping[str, Any]
-    ) -> Receipt:
-        """A re-check failed, so no resend: only the target can still say what happened."""
-        if not target.queryable:
-            return self._ambiguous(effect_id, {**failure, "lookup": None})
-        answer = self._ask(effect_id, target)
-        if isinstance(answer, Found):
-            attempt = last_attempt(self.journal.history(effect_id))
-            recheck = {**failure, "lookup": "found"}
-            return self._commit(
-                effect_id, attempt, "COMMITTED_ON_QUERY", answer.result_ref, recheck
-            )
-        if isinstance(answer, NotFound):
-            return self._refuse_at_recovery(effect_id, failure, "not_found")
-        return self._ambiguous(effect_id, {**failure, "lookup": "unknown"})
-
-    def _ask(self, effect_id: str, target: Target) -> Found | NotFound | Unknown:
-        """Look the effect up. "Not found" is conclusive only once the last request can no
-        longer be in flight; until then a not-found waits and asks again."""
-        history = self.journal.history(effect_id)
-        payload = _proposed(history)["payload"]
-        dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
-        settled_at = dispatches[-1].created_at + target.max_inflight
-        while True:
-            answer = target.lookup(effect_id, payload)
-            remaining = (settled_at - self.clock()).total_seconds()
-            if isinstance(answer, Found) or remaining <= 0:
-                return answer
-            self.sleep(min(remaining, 1.0))
-
-    # --- dispatching ---------------------------------------------------------------------------
-
-    def _first_dispatch(
-        self,
-        effect_id: str,
-        proposed: Mapping[str, Any],
-        target: Target,
-        premises: Sequence[Premise],
         *,
-        recovering: bool,
+        history: list[Entry] | None = None,
+        premises: Sequence[Premise] | None = None,
+        recovering: bool = True,
+        dispatched_here: bool = False,
     ) -> Receipt:
-        """Attempt 1: nothing was sent before, so a failed check is a plain refusal."""
-        suffix = "_at_recovery" if recovering else ""
-        results, failed = _evaluate(premises)
-        if failed:
-            details = {"failed": failed, "premises": results}
-            return self._refuse(effect_id, "stale_premise" + suffix, details, recovering)
-        try:
-            self.journal.dispatch(
-                DispatchRequest.of_proposal(effect_id, proposed, 1, results, recovering)
+        """Ask the protocol for the next step and take it, until it settles, sends, or says wait
+        longer than `patience`. Re-checks evaluate `premises`, by default the ones
+        `premises_for` rebuilds from the PROPOSED body."""
+        answer: Answer | None = None
+        recheck: Recheck | None = None
+        history = self.journal.history(effect_id) if history is None else history
+        while True:
+            proposed = _proposed(history)
+            target = self._target(proposed["target"])
+            facts = Facts(
+                history=history,
+                declared=TargetDeclaration.of(target),
+                now=self.clock(),
+                answer=answer,
+                recheck=recheck,
+                dispatched_here=dispatched_here,
+                recovering=recovering,
             )
-        except LeaseRefused as refused:
-            details = {"detail": refused.detail}
-            return self._refuse(effect_id, refused.reason + suffix, details, recovering)
-        except AttemptTaken:
-            return self._receipt(effect_id)  # another process dispatched it; its outcome stands
-        return self._send(effect_id, proposed, target, 1, results, recovering)
+            step = decide(facts)
+            if isinstance(step, Settled):
+                return self._receipt(effect_id)
+            if isinstance(step, Ask):
+                answer = self._ask(effect_id, proposed, target, step)
+            elif isinstance(step, CheckAgain):
+                recheck = self._recheck(proposed, premises)
+            elif isinstance(step, Record):
+                return self._record(effect_id, step)
+            elif isinstance(step, Wait):
+                if not self._wait_for_verdict(effect_id, step):
+                    return self._receipt(effect_id)  # still in flight; settled later
+                answer, recheck = None, None
+                history = self.journal.history(effect_id)
+            else:
+                dispatch = DispatchRequest.of_proposal(
+                    effect_id, proposed, step.attempt, step.premises, recovering
+                )
+                try:
+                    self.journal.dispatch(dispatch)
+                except LeaseRefused as refused:
+                    # Refused between the re-check and the dispatch: decide on that.
+                    recheck = Recheck({"reason": refused.reason, "detail": refused.detail})
+                    history = self.journal.history(effect_id)
+                    continue
+                except AttemptTaken:
+                    # Another process dispatched it: a live attempt, whose outcome we wait for.
+                    answer, recheck, dispatched_here = None, None, False
+                    history = self.journal.history(effect_id)
+                    continue
+                return self._send(effect_id, proposed, target, step, recovering)
 
-    def _resend(
-        self,
-        effect_id: str,
-        proposed: Mapping[str, Any],
-        target: Target,
-        attempt: int,
-        results: list[dict[str, Any]],
-        assumed: Mapping[str, Any] | None = None,
-    ) -> Receipt:
-        """A resend after a dispatch that may have acted, just re-checked; `assumed` is what
-        the resend takes for granted, stated on the receipt."""
-        try:
-            self.journal.dispatch(
-                DispatchRequest.of_proposal(effect_id, proposed, attempt, results, True)
-            )
-        except LeaseRefused as refused:
-            # Revoked between the re-check and the dispatch: an earlier attempt may have acted.
-            failure = {"reason": refused.reason, "detail": refused.detail}
-            return self._ask_then_settle(effect_id, target, failure)
-        except AttemptTaken:
-            return self._receipt(effect_id)
-        return self._send(effect_id, proposed, target, attempt, results, True, assumed)
+    def _ask(
+        self, effect_id: str, proposed: Mapping[str, Any], target: Target, step: Ask
+    ) -> Answer:
+        if step.source == "notary":
+            return self.journal.evidence(effect_id)
+        return target.lookup(effect_id, proposed["payload"])
+
+    def _wait_for_verdict(self, effect_id: str, step: Wait) -> bool:
+        """Sleep until `step.until`, watching for a verdict another process records; False if
+        the wait is longer than the gate's patience."""
+        if step.until - self.clock() > self.patience:
+            return False
+        while (remaining := (step.until - self.clock()).total_seconds()) > 0:
+            self.sleep(min(remaining, 1.0))
+            if standing(self.journal.history(effect_id)).state is not None:
+                break
+        return True
+
+    def _recheck(self, proposed: Mapping[str, Any], premises: Sequence[Premise] | None) -> Recheck:
+        """The premises as observed now, and the failure they would refuse a dispatch with.
+        The lease is checked by the journal itself, atomically with recording DISPATCHED; a
+        refusal there comes back as this step's failure."""
+        checked = self.premises_for(proposed) if premises is None else premises
+        results = [p.evaluate() for p in checked]
+        return Recheck(_failed_premises(results), results)
+
+    # --- sending --------------------------------------------------------------------------------
 
     def _send(
         self,
         effect_id: str,
         proposed: Mapping[str, Any],
         target: Target,
-        attempt: int,
-        results: list[dict[str, Any]],
+        step: Dispatch,
         recovering: bool,
-        assumed: Mapping[str, Any] | None = None,
     ) -> Receipt:
+        """Call the target for the attempt just recorded."""
         crash_point(CrashPoint.AFTER_DISPATCHED)
         try:
             outcome = target.send(effect_id, proposed["payload"])
         except InDoubt:
             if recovering:
-                return self._receipt(effect_id)  # still in flight: the next recover() goes on
-            return self._recover_effect(effect_id)
+                return self._receipt(effect_id)  # in doubt again: the next recover() goes on
+            return self._settle(effect_id, dispatched_here=True)
         crash_point(CrashPoint.AFTER_RESPONSE)
         if isinstance(outcome, Sent):
-            state = "COMMITTED_BY_RETRY" if attempt > 1 else "COMMITTED"
-            recheck = {"premises": results, **(assumed or {})} if recovering else None
-            return self._commit(effect_id, attempt, state, outcome.result_ref, recheck)
-        body = {"attempt": attempt, "code": outcome.code}
-        return self._record(effect_id, EntryKind.FAILED, body)
+            premises = [dict(p) for p in step.premises]
+            recheck = {"premises": premises, **(step.assumed or {})} if recovering else None
+            body = sent_body(step.attempt, outcome.result_ref, recheck)
+            return self._record(effect_id, Record(EntryKind.COMMITTED, body))
+        body = {"attempt": step.attempt, "code": outcome.code}
+        return self._record(effect_id, Record(EntryKind.FAILED, body))
 
     # --- verdicts ------------------------------------------------------------------------------
 
-    def _commit(
-        self,
-        effect_id: str,
-        attempt: int,
-        state: str,
-        result_ref: str,
-        recheck: Mapping[str, Any] | None,
-    ) -> Receipt:
-        body = {"state": state, "attempt": attempt, "result_ref": result_ref, "recheck": recheck}
-        return self._record(effect_id, EntryKind.COMMITTED, body)
-
-    def _refuse(
-        self, effect_id: str, reason: str, details: Mapping[str, Any], recovering: bool
-    ) -> Receipt:
-        recheck = dict(details) if recovering else None
-        return self._record(
-            effect_id, EntryKind.REFUSED, {**details, "reason": reason, "recheck": recheck}
-        )
-
-    def _refuse_at_recovery(
-        self, effect_id: str, failure: Mapping[str, Any], lookup: str
-    ) -> Receipt:
-        """The target says it never acted and a re-check failed: known not sent, and refused."""
-        details = {**failure, "lookup": lookup}
-        return self._refuse(effect_id, failure["reason"] + "_at_recovery", details, True)
-
-    def _ambiguous(self, effect_id: str, recheck: Mapping[str, Any]) -> Receipt:
-        return self._record(effect_id, EntryKind.AMBIGUOUS, {"recheck": dict(recheck)})
-
-    def _record(self, effect_id: str, kind: EntryKind, body: Mapping[str, Any]) -> Receipt:
-        self.journal.record(kind=kind, effect_id=effect_id, body=body)
+    def _record(self, effect_id: str, step: Record) -> Receipt:
+        self.journal.record(kind=step.kind, effect_id=effect_id, body=step.body)
         return self._receipt(effect_id)
 
     def _receipt(self, effect_id: str, *, payload_hash: str | None = None) -> Receipt:
@@ -342,9 +257,12 @@ class Gate:
             raise KeyError(f"no target named {name!r}; known: {known}") from None
 
 
-def _evaluate(premises: Sequence[Premise]) -> tuple[list[dict[str, Any]], list[str]]:
-    results = [p.evaluate() for p in premises]
-    return results, [r["name"] for r in results if not r["holds"]]
+def _failed_premises(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The failure a dispatch on these premises would be refused with; None if all hold."""
+    failed = [r["name"] for r in results if not r["holds"]]
+    if not failed:
+        return None
+    return {"reason": "stale_premise", "failed": failed, "premises": [dict(r) for r in results]}
 
 
 def _proposed_entry(history: Sequence[Entry]) -> Entry | None:

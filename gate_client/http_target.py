@@ -44,6 +44,8 @@ class HttpTarget:
     max_inflight: timedelta
     timeout_seconds: float = 5.0
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
 
     def __post_init__(self) -> None:
         # A request is in flight until its timeout; declaring less would let a lookup's

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
-from gate_client.targets import Found, NotFound, Unknown
+from gate_client.protocol import Answer, admit, last_attempt, standing
+from gate_client.targets import Unknown
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import (
     Entry,
@@ -27,17 +28,6 @@ from ledger.core.entries import (
     entry_from_leaf,
     genesis_hash,
     seal_entry,
-)
-
-# Kinds that settle an effect (a REFUSED that only rejects a changed payload does not).
-VERDICT_KINDS = frozenset(
-    {
-        EntryKind.COMMITTED,
-        EntryKind.FAILED,
-        EntryKind.AMBIGUOUS,
-        EntryKind.RESOLVED,
-        EntryKind.REFUSED,
-    }
 )
 
 
@@ -126,7 +116,8 @@ class DispatchRequest:
 
 class Journal(Protocol):
     def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
-        """Append one entry; return only once it is durable."""
+        """Append one entry; return only once it is durable. A verdict is admitted by the
+        protocol's precedence (`protocol.admit`): when one stands, the standing one is returned."""
         ...
 
     def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
@@ -166,31 +157,12 @@ class Journal(Protocol):
 
     def lease_state(self, lease_id: str) -> LeaseState | None: ...
 
-    def evidence(self, effect_id: str) -> Found | NotFound | Unknown:
-        """What evidence held with the journal says of the effect: Found (it was done), NotFound
-        (evidence it was not, or none within the target's evidence window since the last
-        dispatch), Unknown (nothing conclusive yet, or a journal that holds no evidence)."""
+    def evidence(self, effect_id: str) -> Answer:
+        """What the evidence held with the journal says of the effect, as facts: Found (it was
+        done), Negative (it was not), Intent (a write-ahead attestation and nothing after),
+        NotFound (nothing seen), Unknown (a journal that holds no evidence). Whether silence
+        counts is the protocol's to decide, never the journal's."""
         ...
-
-
-def last_attempt(history: list[Entry]) -> int:
-    return max(
-        (e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED), default=0
-    )
-
-
-def is_payload_change(entry: Entry) -> bool:
-    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
-
-
-def verdicts(history: Sequence[Entry]) -> list[Entry]:
-    """The entries that settle the effect, in order; the last one is what stands."""
-    return [e for e in history if e.kind in VERDICT_KINDS and not is_payload_change(e)]
-
-
-def has_verdict(history: Sequence[Entry]) -> bool:
-    """The effect is settled: the one test the gate, recovery and unsettled() all use."""
-    return bool(verdicts(history))
 
 
 def utc_now() -> datetime:
@@ -253,7 +225,9 @@ class LocalJournal:
             for entry in self._entries:
                 if entry.effect_id:
                     by_effect.setdefault(entry.effect_id, []).append(entry)
-        return [effect_id for effect_id, history in by_effect.items() if not has_verdict(history)]
+        return [
+            effect_id for effect_id, history in by_effect.items() if standing(history).state is None
+        ]
 
     def lease_state(self, lease_id: str) -> LeaseState | None:
         with self._locked():
@@ -265,8 +239,17 @@ class LocalJournal:
     # --- writing ---------------------------------------------------------------------------
 
     def record(self, *, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+        """Append `kind`, by the protocol's precedence: a verdict offered when a final one
+        stands returns the standing one, and is kept as evidence when it contradicts it."""
         with self._locked():
-            return self._append(kind, effect_id, body)
+            history = [e for e in self._entries if e.effect_id == effect_id]
+            admission = admit(history, kind, body)
+            if admission.action == "record":
+                return self._append(kind, effect_id, body)
+            if admission.evidence is not None:
+                self._append(EntryKind.OBSERVED, effect_id, admission.evidence)
+            assert admission.standing is not None  # only a standing verdict turns one away
+            return admission.standing
 
     def propose(self, *, effect_id: str, body: Mapping[str, Any]) -> Entry:
         with self._locked():
@@ -299,7 +282,7 @@ class LocalJournal:
         with self._locked():
             history = [e for e in self._entries if e.effect_id == request.effect_id]
             current = last_attempt(history)
-            if request.attempt != current + 1:
+            if request.attempt != current + 1 or standing(history).state is not None:
                 raise AttemptTaken(request.effect_id, request.attempt, current)
             lease = lease_states(self._entries).get(request.lease_id)
             refusal = request.lease_refusal(lease, now=self._clock())

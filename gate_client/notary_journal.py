@@ -21,7 +21,8 @@ import httpx
 
 from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
 from gate_client.leases import Lease, LeaseState
-from gate_client.targets import Found, NotFound, Unknown
+from gate_client.protocol import Answer, Intent, Negative
+from gate_client.targets import Found, NotFound
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -176,14 +177,14 @@ class NotaryJournal:
             return LeaseState(lease)
         return LeaseState(lease, _timestamp(revoked_at), shown["revoked_by"])
 
-    def evidence(self, effect_id: str) -> Found | NotFound | Unknown:
+    def evidence(self, effect_id: str) -> Answer:
         shown = self._call("GET", f"/v1/effects/{effect_id}/evidence")
-        if shown["answer"] == "found":
-            return Found(shown["result_ref"])
-        if shown["answer"] == "not_found":
-            return NotFound()
-        ends = shown.get("window_ends_at")
-        return Unknown(shown["reason"], until=_timestamp(ends) if ends else None)
+        seen = shown["seen"]
+        if seen == "performed":
+            return Found(shown["result_ref"], shown["evidence_seq"])
+        if seen == "not_performed":
+            return Negative(shown["code"], shown["evidence_seq"])
+        return Intent() if seen == "intent" else NotFound()
 
     def _effect(self, effect_id: str) -> dict[str, Any] | None:
         try:

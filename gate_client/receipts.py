@@ -7,17 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
-from gate_client.journal import VERDICT_KINDS, is_payload_change
 from gate_client.leases import lease_refusal, lease_states
+from gate_client.protocol import (
+    COMMITTED_STATES,
+    Happened,
+    Standing,
+    State,
+    is_payload_change,
+    standing,
+)
 from ledger.core.entries import Entry, EntryKind, genesis_hash
 from ledger.core.merkle import leaf_hash
-
-Happened = bool | Literal["unknown"]
-COMMITTED_STATES = frozenset(
-    {"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY", "COMMITTED_ON_EVIDENCE"}
-)
 
 
 class ReceiptError(ValueError):
@@ -35,14 +37,30 @@ class Receipt:
     recorded: bool  # the journal alone proves the outcome
     recheck_at_recovery: Mapping[str, Any] | None
     entry_seqs: tuple[int, ...]
+    # Evidence at odds with the final state (protocol.Contradiction.to_dict): the outcome is
+    # not proved, and a person must look.
+    contradicted: bool
+    contradictions: tuple[Mapping[str, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As JSON has it: sequences are lists."""
+        data = asdict(self)
+        return {
+            **data,
+            "entry_seqs": list(self.entry_seqs),
+            "contradictions": [dict(c) for c in self.contradictions],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Receipt:
-        """The receipt `to_dict` gave, back from JSON (which turned its seqs into a list)."""
-        return cls(**{**data, "entry_seqs": tuple(data["entry_seqs"])})
+        """The receipt `to_dict` gave, back from JSON (which turned its tuples into lists)."""
+        return cls(
+            **{
+                **data,
+                "entry_seqs": tuple(data["entry_seqs"]),
+                "contradictions": tuple(data["contradictions"]),
+            }
+        )
 
 
 def derive_receipt(
@@ -81,12 +99,17 @@ def derive_receipt(
             recorded=True,
             recheck_at_recovery=None,
             entry_seqs=(proposed_entry.seq, refusal.seq),
+            contradicted=False,
+            contradictions=(),
         )
 
     relevant = [e for e in history if not is_payload_change(e)]
     dispatches = {e.body_value()["attempt"]: e for e in relevant if e.kind == EntryKind.DISPATCHED}
-    verdict = next((e for e in reversed(relevant) if e.kind in VERDICT_KINDS), None)
-    state, happened, fired_attempt = _state(verdict, dispatches, effect_id)
+    try:
+        stands = standing(relevant)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ReceiptError(f"{effect_id}: a verdict that settles nothing known: {exc!r}") from exc
+    state, happened, fired_attempt = _state(stands, dispatches, effect_id)
     fired = dispatches.get(fired_attempt) if fired_attempt is not None else None
     if happened is False:
         authorized, assumptions = None, None
@@ -95,7 +118,9 @@ def derive_receipt(
     else:
         authorized = _lease_was_live(journal, fired, proposed)
         assumptions = all(p["holds"] for p in fired.body_value()["premises"])
+    verdict = stands.verdict
     recheck = verdict.body_value().get("recheck") if verdict is not None else None
+    contradictions = tuple(c.to_dict() for c in stands.contradictions)
     return Receipt(
         effect_id=effect_id,
         final_state=state,
@@ -103,37 +128,31 @@ def derive_receipt(
         authorized_when_fired=authorized,
         assumptions_held=assumptions,
         happened=happened,
-        recorded=happened != "unknown",
+        recorded=happened != "unknown" and not contradictions,
         recheck_at_recovery=recheck,
         entry_seqs=tuple(e.seq for e in relevant),
+        contradicted=bool(contradictions),
+        contradictions=contradictions,
     )
 
 
 def _state(
-    verdict: Entry | None, dispatches: Mapping[int, Entry], effect_id: str
+    stands: Standing, dispatches: Mapping[int, Entry], effect_id: str
 ) -> tuple[str, Happened, int | None]:
     """(final state, happened, the attempt that fired or may have fired)."""
     last = max(dispatches, default=None)
-    if verdict is None:
+    if stands.state is None or stands.verdict is None:
         return ("DISPATCHED", "unknown", last) if last is not None else ("PROPOSED", False, None)
-    body = verdict.body_value()
-    if verdict.kind == EntryKind.COMMITTED:
-        state = body["state"]
-        attempt = body["attempt"]
-        if state not in COMMITTED_STATES or attempt not in dispatches:
+    state = stands.state
+    if state.state in COMMITTED_STATES:
+        attempt = stands.verdict.body_value()["attempt"]
+        if attempt not in dispatches:
             raise ReceiptError(f"{effect_id}: {state} of attempt {attempt} has no dispatch")
-        if state == "COMMITTED_BY_RETRY" and attempt < 2:
+        if state.state == State.COMMITTED_BY_RETRY and attempt < 2:
             raise ReceiptError(f"{effect_id}: COMMITTED_BY_RETRY on the first attempt")
-        return state, True, attempt
-    if verdict.kind == EntryKind.FAILED:
-        return f"FAILED:{body['code']}", False, None
-    if verdict.kind == EntryKind.REFUSED:
-        return f"REFUSED:{body['reason']}", False, None
-    if verdict.kind == EntryKind.AMBIGUOUS:
-        return "AMBIGUOUS", "unknown", last
-    if body["happened"]:
-        return "RESOLVED_HAPPENED", True, last
-    return "RESOLVED_NOT_HAPPENED", False, None
+        return str(state), True, attempt
+    happened = state.happened
+    return str(state), happened, None if happened is False else last
 
 
 def _lease_was_live(journal: Sequence[Entry], fired: Entry, proposed: Mapping[str, Any]) -> bool:

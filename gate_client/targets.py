@@ -34,6 +34,7 @@ class InDoubt(Exception):
 @dataclass(frozen=True)
 class Found:
     result_ref: str
+    evidence_seq: int | None = None  # the notary's OBSERVED entry, when evidence answered
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,13 @@ class Target(Protocol):
     # attestations): recovery asks the journal instead of giving up at tier 3. The notary's own
     # declaration of the window decides when "not seen" means "not sent".
     evidence_window: timedelta | None
+    # The target's service attests every request to the notary before acting on it and refuses
+    # to act unacknowledged (write-ahead attestation), so no attestation by max_inflight after
+    # the last dispatch means it never acted: the notary is its lookup (a true tier 2).
+    attests_before_acting: bool
+    # The lookup answers only while the target remembers the key (Resend's key probe): past
+    # the key window its "not found" means nothing, so the target is not tier 2 then.
+    lookup_needs_key: bool
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome: ...
 

@@ -140,7 +140,6 @@ class _Walk:
             derived = derive_receipt(entries, effect_id).to_dict()
         except ReceiptError as exc:
             raise Failure("integrity", where, str(exc)) from exc
-        derived["entry_seqs"] = list(derived["entry_seqs"])
         proposed = next(e for e in entries if e.effect_id == effect_id and e.kind == "PROPOSED")
         if not self.wanted.admits(proposed, derived["final_state"]):
             raise Failure("integrity", where, "the receipt does not match the stated filter")

@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -111,7 +112,8 @@ class AmbiguousEffectAdmin(EffectAdmin):
     list_filter = ["target", "tenant", AgeFilter]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        return super().get_queryset(request).filter(state="AMBIGUOUS")
+        queue = models.Q(state="AMBIGUOUS") | models.Q(contradicted=True)
+        return super().get_queryset(request).filter(queue)
 
 
 @admin.register(Lease)

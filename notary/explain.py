@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from gate_client.journal import verdicts
+from gate_client.protocol import standing
 from gate_client.receipts import Receipt
 from ledger.core.entries import Entry
 
@@ -28,8 +28,8 @@ def explain(
     evidence_window: timedelta | None = None,
 ) -> str:
     state = receipt.final_state
-    settling = verdicts(history)
-    body = settling[-1].body_value() if settling else {}
+    verdict = standing(history).verdict
+    body = verdict.body_value() if verdict is not None else {}
     reference = body.get("result_ref") or "no reference given"
     if state == "COMMITTED":
         return f"Sent once: {target} confirmed it ({reference})."

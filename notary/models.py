@@ -63,12 +63,15 @@ class Target(models.Model):
     webhook evidence."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="targets")
-    name = models.SlugField(max_length=63)
+    name = models.CharField(max_length=63)
     tier = models.PositiveSmallIntegerField(choices=Tier.choices)
     queryable = models.BooleanField()
     key_window = models.DurationField(null=True, blank=True)
     max_inflight = models.DurationField()
     evidence_window = models.DurationField(null=True, blank=True)
+    # Its service attests every request here before acting and refuses to act unacknowledged:
+    # no attestation by max_inflight after a dispatch means it never acted.
+    attests_before_acting = models.BooleanField(default=False)
     lookup_url = models.URLField(blank=True)  # the notary's own lookup, for tier 2
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -137,6 +140,8 @@ class Effect(models.Model):
     # What the target called it (a refund id, an email id), once committed: a webhook naming
     # only that is matched to the effect by it.
     result_ref = models.CharField(max_length=255, blank=True)
+    # Evidence at odds with the final state that no person has settled: back in the queue.
+    contradicted = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
@@ -153,9 +158,10 @@ class Effect(models.Model):
 
 
 class AmbiguousEffect(Effect):
-    """The review queue: effects the notary cannot settle, waiting for a person."""
+    """The review queue: effects the notary cannot settle, or whose evidence contradicts their
+    verdict, waiting for a person."""
 
     class Meta:
         proxy = True
-        verbose_name = "AMBIGUOUS effect to review"
-        verbose_name_plural = "review queue: AMBIGUOUS effects"
+        verbose_name = "effect to review"
+        verbose_name_plural = "review queue: AMBIGUOUS or contradicted effects"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gate_client.journal import last_attempt, verdicts
+from gate_client.protocol import entry_state, last_attempt, standing
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
 
@@ -18,12 +18,11 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
     body = proposed.body_value()
     receipt = derive_receipt(history, proposed.effect_id)
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
-    settling = verdicts(history)
-    verdict = settling[0] if settling else None
-    standing = settling[-1] if settling else None
+    first = next((e for e in history if entry_state(e) is not None), None)
+    stands = standing(history).verdict
     result_ref = (
-        standing.body_value().get("result_ref", "")
-        if standing is not None and standing.kind == EntryKind.COMMITTED
+        stands.body_value().get("result_ref", "")
+        if stands is not None and stands.kind == EntryKind.COMMITTED
         else ""
     )
     return {
@@ -38,6 +37,7 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
         "last_seq": history[-1].seq,
         "proposed_at": proposed.created_at,
         "dispatched_at": dispatches[-1].created_at if dispatches else None,
-        "settled_at": verdict.created_at if verdict is not None else None,
+        "settled_at": first.created_at if first is not None else None,
         "result_ref": result_ref,
+        "contradicted": receipt.contradicted,
     }

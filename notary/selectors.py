@@ -9,7 +9,9 @@ from typing import Any
 
 from rest_framework.exceptions import NotFound
 
+from gate_client.protocol import Intent, Negative, evidence_answer
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
+from gate_client.targets import Found
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
@@ -127,38 +129,23 @@ def effects_due_for_sweep(*, now: datetime) -> list[tuple[int, str]]:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the notary's evidence says of one effect, for a gate recovering it."""
+    """What the notary's evidence says of one effect, as facts, for a gate recovering it."""
 
-    answer: str  # "found", "not_found" or "unknown"
-    reason: str
+    seen: str  # "performed", "not_performed", "intent" or "nothing"
     result_ref: str = ""
+    code: str = ""
     evidence_seq: int | None = None
-    window_ends_at: datetime | None = None
 
 
-def effect_evidence(*, tenant: Tenant, effect_id: str, now: datetime) -> Evidence:
-    """Found on evidence it was done; not found on evidence it was not, or when the target's
-    evidence window has closed since the last dispatch with nothing seen; unknown before."""
-    effect = effect_get(tenant=tenant, effect_id=effect_id)
-    history = effect_entries(log=tenant.log, effect_id=effect_id)
-    observed = [e for e in history if e.kind == EntryKind.OBSERVED]
-    for outcome, answer in (("performed", "found"), ("not_performed", "not_found")):
-        seen = next((e for e in observed if e.body_value().get("outcome") == outcome), None)
-        if seen is not None:
-            body = seen.body_value()
-            reason = f"{body.get('source', 'evidence')} {body.get('type', '')}".strip()
-            return Evidence(answer, reason, str(body.get("result_ref") or ""), seen.seq)
-    target = Target.objects.filter(tenant=tenant, name=effect.target).first()
-    if target is None or target.evidence_window is None:
-        return Evidence("unknown", "the target declares no evidence window")
-    if effect.dispatched_at is None:
-        return Evidence("unknown", "never dispatched")
-    ends = effect.dispatched_at + target.evidence_window
-    if now < ends:
-        return Evidence(
-            "unknown", "nothing seen yet; the evidence window is open", window_ends_at=ends
-        )
-    return Evidence("not_found", "nothing seen within the evidence window", window_ends_at=ends)
+def effect_evidence(*, tenant: Tenant, effect_id: str) -> Evidence:
+    """The protocol's reading of the effect's OBSERVED entries (protocol.evidence_answer)."""
+    effect_get(tenant=tenant, effect_id=effect_id)
+    answer = evidence_answer(effect_entries(log=tenant.log, effect_id=effect_id))
+    if isinstance(answer, Found):
+        return Evidence("performed", answer.result_ref, evidence_seq=answer.evidence_seq)
+    if isinstance(answer, Negative):
+        return Evidence("not_performed", code=answer.code, evidence_seq=answer.evidence_seq)
+    return Evidence("intent" if isinstance(answer, Intent) else "nothing")
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from gate_client.protocol import AGENT_VERDICT_KINDS
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
 from ledger.core.entries import Entry as LedgerEntry
 from notary.models import Effect, Lease
-from notary.services import AGENT_OUTCOME_KINDS
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -71,7 +71,7 @@ class EffectDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
-    kind = serializers.ChoiceField(choices=sorted(AGENT_OUTCOME_KINDS))
+    kind = serializers.ChoiceField(choices=sorted(AGENT_VERDICT_KINDS))
     body = serializers.DictField()
 
 
@@ -175,7 +175,27 @@ class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
 
 class AttestationInput(serializers.Serializer):  # type: ignore[type-arg]
     effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
-    performed = serializers.BooleanField(help_text="true: the service did it; false: it did not")
+    stage = serializers.ChoiceField(
+        choices=["before_acting", "performed", "not_performed"],
+        required=False,
+        help_text="before_acting: the write-ahead attestation, acknowledged (201) or refused "
+        "(409) before the service may act; default: from `performed`",
+    )
+    performed = serializers.BooleanField(
+        required=False, help_text="true: the service did it; false: it did not"
+    )
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if "stage" not in data and "performed" not in data:
+            raise serializers.ValidationError("give stage, or performed")
+        stage = data.pop("stage", None)
+        performed = data.pop("performed", None)
+        if stage is None:
+            stage = "performed" if performed else "not_performed"
+        elif performed is not None and stage != ("performed" if performed else "not_performed"):
+            raise serializers.ValidationError("stage and performed disagree")
+        return {**data, "stage": stage}
+
     reference = serializers.CharField(max_length=255, required=False, default="")
     detail = serializers.CharField(max_length=2000, required=False, default="")
 
@@ -188,11 +208,13 @@ class AttestationOutput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class EvidenceOutput(serializers.Serializer):  # type: ignore[type-arg]
-    answer = serializers.ChoiceField(choices=["found", "not_found", "unknown"])
-    reason = serializers.CharField()
+    """What the notary holds, as facts; whether nothing seen counts is the protocol's call,
+    by the target's declaration (silence is never "not sent" for webhooks)."""
+
+    seen = serializers.ChoiceField(choices=["performed", "not_performed", "intent", "nothing"])
     result_ref = serializers.CharField(allow_blank=True)
+    code = serializers.CharField(allow_blank=True, help_text="not_performed: evidence:<type>")
     evidence_seq = serializers.IntegerField(allow_null=True)
-    window_ends_at = serializers.DateTimeField(allow_null=True)
 
 
 class ExportQueryInput(serializers.Serializer):  # type: ignore[type-arg]

@@ -16,12 +16,32 @@ from django.utils import timezone
 
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
-from gate_client.journal import DispatchRequest, has_verdict, last_attempt, verdicts
+from gate_client.journal import DispatchRequest
 from gate_client.leases import Lease as LeaseTerms
 from gate_client.leases import LeaseState
+from gate_client.protocol import (
+    AGENT_VERDICT_KINDS,
+    COMMITTED_STATES,
+    Answer,
+    Ask,
+    Facts,
+    Record,
+    Settled,
+    State,
+    TargetDeclaration,
+    Wait,
+    admit,
+    agent_outcome_refusal,
+    decide,
+    evidence_answer,
+    intent_refusal,
+    last_attempt,
+    settle_on_evidence,
+    standing,
+)
 from gate_client.receipts import ReceiptError
-from gate_client.targets import Found, NotFound, Unknown
 from gate_client.targets import Tier as GateTier
+from gate_client.targets import Unknown
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
@@ -35,6 +55,8 @@ from notary.projection import effect_fields
 
 TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# Target names as the adapters name them by default (resend_email, stripe_refunds).
+_TARGET_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
 
 
 class NotaryInputError(ValueError):
@@ -107,12 +129,13 @@ def target_register(
     max_inflight: timedelta,
     key_window: timedelta | None = None,
     evidence_window: timedelta | None = None,
+    attests_before_acting: bool = False,
     lookup_url: str = "",
 ) -> Target:
     """Declare a target. What it allows is a claim the gate's guarantees rest on, so claims
     that contradict each other are refused rather than stored."""
-    if not _SLUG.fullmatch(name):
-        raise NotaryInputError(f"target name {name!r}: 1-63 of a-z, 0-9 and '-'")
+    if not _TARGET_NAME.fullmatch(name):
+        raise NotaryInputError(f"target name {name!r}: 1-63 of a-z, 0-9, '_' and '-'")
     if tier not in Tier.values:
         raise NotaryInputError(f"tier {tier!r}: 1, 2 or 3")
     if tier == Tier.LOOKUP and not queryable:
@@ -138,6 +161,7 @@ def target_register(
         key_window=key_window,
         max_inflight=max_inflight,
         evidence_window=evidence_window,
+        attests_before_acting=attests_before_acting,
         lookup_url=lookup_url,
     )
 
@@ -220,14 +244,6 @@ def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Leas
 PROPOSAL_KEYS = frozenset(
     {"case_id", "target", "action", "tenant", "lease_id", "payload", "payload_hash", "premises"}
 )
-# What an agent may record about its own effect; OBSERVED and RESOLVED come from evidence and
-# from finance staff, and COMMITTED_ON_EVIDENCE only from the notary.
-AGENT_OUTCOME_KINDS = frozenset(
-    {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.REFUSED}
-)
-AGENT_COMMIT_STATES = frozenset(
-    {"COMMITTED", "COMMITTED_BY_RETRY", "COMMITTED_ON_QUERY", "COMMITTED_ON_EVIDENCE"}
-)
 
 
 @dataclass(frozen=True)
@@ -259,18 +275,20 @@ def effect_propose(
     now = lock_log(log=tenant.log)
     history = effect_entries(log=tenant.log, effect_id=effect_id)
     created = not any(e.kind == EntryKind.PROPOSED for e in history)
-    standing = proposal if created else _proposed_body(history)
+    standing_proposal = proposal if created else _proposed_body(history)
     items = [NewEntry(EntryKind.PROPOSED, dict(proposal), effect_id)] if created else []
     refusal = None
     if (
         dispatch_premises is not None
-        and standing["payload_hash"] == proposal["payload_hash"]
-        and not has_verdict(history)
+        and standing_proposal["payload_hash"] == proposal["payload_hash"]
+        and standing(history).state is None
         and last_attempt(history) == 0
     ):
         try:
             items.append(
-                _checked_dispatch(tenant, effect_id, standing, 1, dispatch_premises, False, now)
+                _checked_dispatch(
+                    tenant, effect_id, standing_proposal, 1, dispatch_premises, False, now
+                )
             )
         except NotaryConflict as refused:
             refusal = refused
@@ -299,8 +317,8 @@ def effect_dispatch(
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
     current = last_attempt(history)
-    if has_verdict(history):
-        raise NotaryConflict("already_settled", f"{effect_id} has ended", current=current)
+    if standing(history).state is not None:
+        raise NotaryConflict("already_settled", f"{effect_id} has a verdict", current=current)
     if attempt != current + 1:
         raise NotaryConflict(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
@@ -335,24 +353,28 @@ def _checked_dispatch(
 def effect_record_outcome(
     *, tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any]
 ) -> tuple[LedgerEntry, bool, list[LedgerEntry]]:
-    """Record how the effect ended, as the agent learned it; return the entry, whether it is
-    new, and the effect's entries now. A verdict already reached stands: another one returns it
-    and records nothing, so a retried request and two recovering agents converge on one."""
+    """Record how the effect ended, as the agent learned it; return the entry that stands,
+    whether this call recorded it, and the effect's entries now. The protocol's precedence
+    decides (protocol.admit): a final verdict stands, so a retried request and two recovering
+    agents converge on one; an AMBIGUOUS one gives way to the agent's own late answer; an
+    answer that contradicts what stands is kept as evidence, so the contradiction shows."""
     _check_outcome(kind=kind, body=body)
-    lock_log(log=tenant.log)
+    now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
-    is_verdict = not (kind == EntryKind.REFUSED and body["reason"] == "payload_changed")
-    if is_verdict:
-        standing = _standing_verdict(history)
-        if standing is not None:
-            return standing, False, history
-    if "attempt" in body and body["attempt"] not in _attempts(history):
-        raise NotaryInputError(f"{kind} names attempt {body['attempt']}, which was never made")
-    if body.get("state") == "COMMITTED_ON_EVIDENCE" and not any(
-        e.kind == EntryKind.OBSERVED and e.body_value().get("outcome") == "performed"
-        for e in history
-    ):
-        raise NotaryInputError("COMMITTED_ON_EVIDENCE, but no evidence says it was performed")
+    refused = agent_outcome_refusal(history, kind, body)
+    if refused is not None:
+        raise NotaryInputError(refused)
+    admission = admit(history, kind, body)
+    if admission.action == "stands":
+        assert admission.standing is not None
+        return admission.standing, False, history
+    if admission.action == "record_as_evidence":
+        assert admission.evidence is not None and admission.standing is not None
+        item = NewEntry(EntryKind.OBSERVED, dict(admission.evidence), effect_id)
+        [row] = append_entries(log=tenant.log, items=[item], created_at=now)
+        history = [*history, row.as_ledger_entry()]
+        _project_effect(tenant=tenant, history=history)
+        return admission.standing, False, history
     entry = append_entry(
         log=tenant.log, kind=kind, body=dict(body), effect_id=effect_id
     ).as_ledger_entry()
@@ -369,15 +391,23 @@ def effect_observe(
     *, tenant: Tenant, effect_id: str, evidence: Mapping[str, Any]
 ) -> tuple[LedgerEntry, str]:
     """Record evidence of how an effect went (a provider's webhook, a service's attestation) as
-    OBSERVED, and settle the effect by it when nothing better stands: a dispatched effect with
-    no verdict, or one left AMBIGUOUS, becomes COMMITTED_ON_EVIDENCE on evidence it was done and
-    FAILED on evidence it was not. A verdict already reached is never moved, so late and
-    out-of-order events only add to the record. Joins the caller's transaction (ingestion
-    records what it did in the same one). Returns the OBSERVED entry and what was settled."""
+    OBSERVED, and settle the effect by it as the protocol says (protocol.settle_on_evidence):
+    an effect dispatched and not finally settled, AMBIGUOUS included, becomes
+    COMMITTED_ON_EVIDENCE on evidence it was done and FAILED on evidence it was not. A final
+    verdict is never moved: evidence at odds with it marks the effect contradicted. Joins the
+    caller's transaction (ingestion records what it did in the same one). Returns the OBSERVED
+    entry and what it did."""
     if evidence.get("outcome") not in ("performed", "not_performed", "other"):
         raise NotaryInputError("evidence.outcome: performed, not_performed or other")
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
+    return _observe(tenant=tenant, history=history, evidence=evidence, now=now)
+
+
+def _observe(
+    *, tenant: Tenant, history: list[LedgerEntry], evidence: Mapping[str, Any], now: datetime
+) -> tuple[LedgerEntry, str]:
+    effect_id = history[0].effect_id
     [observed_row] = append_entries(
         log=tenant.log,
         items=[NewEntry(kind=EntryKind.OBSERVED, body=dict(evidence), effect_id=effect_id)],
@@ -385,30 +415,30 @@ def effect_observe(
     )
     observed = observed_row.as_ledger_entry()
     history = [*history, observed]
-    attempt = last_attempt(history)
-    standing = _standing_verdict(history)
-    open_ = standing is None or standing.kind == EntryKind.AMBIGUOUS
-    cited = {"by": "notary", "evidence_seq": observed.seq}
-    if not attempt or not open_ or evidence["outcome"] == "other":
-        settled, kind, body = "recorded", "", {}
-    elif evidence["outcome"] == "performed":
-        settled, kind = "committed_on_evidence", EntryKind.COMMITTED
-        body = {
-            "state": "COMMITTED_ON_EVIDENCE",
-            "attempt": attempt,
-            "result_ref": str(evidence.get("result_ref") or ""),
-            "recheck": cited,
-        }
-    else:
-        settled, kind = "failed_on_evidence", EntryKind.FAILED
-        body = {"attempt": attempt, "code": f"evidence:{evidence.get('type', '')}", **cited}
-    if kind:
-        [verdict] = append_entries(
-            log=tenant.log, items=[NewEntry(kind, body, effect_id)], created_at=now
+    verdict = settle_on_evidence(history)
+    if verdict is not None:
+        body = _by_notary(verdict)
+        [row] = append_entries(
+            log=tenant.log, items=[NewEntry(verdict.kind, body, effect_id)], created_at=now
         )
-        history.append(verdict.as_ledger_entry())
+        history.append(row.as_ledger_entry())
+        settled = (
+            "committed_on_evidence" if verdict.kind == EntryKind.COMMITTED else "failed_on_evidence"
+        )
+    else:
+        settled = "contradicts" if standing(history).contradictions else "recorded"
     _project_effect(tenant=tenant, history=history)
     return observed, settled
+
+
+def _by_notary(verdict: Record) -> dict[str, Any]:
+    """A verdict the notary reached itself says so; an agent may never write this."""
+    body = dict(verdict.body)
+    if isinstance(body.get("recheck"), Mapping):
+        body["recheck"] = {"by": "notary", **body["recheck"]}
+    else:
+        body["by"] = "notary"
+    return body
 
 
 @transaction.atomic(durable=True)
@@ -416,19 +446,21 @@ def effect_resolve(
     *, tenant: Tenant, effect_id: str, happened: bool, reason: str, by: str
 ) -> LedgerEntry:
     """A person's decision on what the notary cannot know: RESOLVED, naming who decided and
-    why. Only an AMBIGUOUS effect is resolved, so a decision never overrides a known outcome,
-    and later evidence leaves the decision standing."""
+    why. Only an AMBIGUOUS or a contradicted effect is resolved, so a decision never overrides
+    a known outcome; evidence that contradicts the decision later sends it back to a person."""
     if not reason.strip():
         raise NotaryInputError("a resolution needs a reason")
     if not by.strip():
         raise NotaryInputError("a resolution names the person who made it")
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
-    standing = _standing_verdict(history)
-    if standing is None or standing.kind != EntryKind.AMBIGUOUS:
-        state = Effect.objects.get(tenant=tenant, effect_id=effect_id).state
+    stands = standing(history)
+    ambiguous = stands.state is not None and stands.state.state == State.AMBIGUOUS
+    if not (ambiguous or stands.contradictions):
         raise NotaryConflict(
-            "not_ambiguous", f"{effect_id} is {state}: only an AMBIGUOUS effect is resolved"
+            "not_ambiguous",
+            f"{effect_id} is {stands.state or 'in flight'}: only an AMBIGUOUS or contradicted "
+            "effect is resolved",
         )
     body = {"happened": happened, "reason": reason.strip(), "by": by.strip()}
     [row] = append_entries(
@@ -443,19 +475,31 @@ def effect_resolve(
 
 @transaction.atomic(durable=True)
 def attestation_record(
-    *, tenant: Tenant, by: str, effect_id: str, performed: bool, reference: str, detail: str
+    *, tenant: Tenant, by: str, effect_id: str, stage: str, reference: str, detail: str
 ) -> tuple[LedgerEntry, str]:
-    """A cooperating service's word that it did, or did not, perform the effect: evidence,
-    settling the effect the same way a provider's webhook does."""
+    """A cooperating service's word on an effect: that it did, or did not, perform it
+    (evidence, settling the effect the way a provider's webhook does), or, written ahead, that
+    it is about to act. A write-ahead attestation is acknowledged only when the protocol allows
+    the service to act now (protocol.intent_refusal); else NotaryConflict, and the service must
+    not act."""
     evidence = {
         "source": "attestation",
         "by": by,
-        "outcome": "performed" if performed else "not_performed",
-        "type": "attestation",
+        "outcome": "intent" if stage == "before_acting" else stage,
+        "type": "attestation" if stage != "before_acting" else "before_acting",
         "result_ref": reference,
         "detail": detail,
     }
-    return effect_observe(tenant=tenant, effect_id=effect_id, evidence=evidence)
+    if stage != "before_acting":
+        return effect_observe(tenant=tenant, effect_id=effect_id, evidence=evidence)
+    now = lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    target = Target.objects.get(tenant=tenant, name=_proposed_body(history)["target"])
+    refused = intent_refusal(history, target_declaration(target), now)
+    if refused is not None:
+        raise NotaryConflict("not_acknowledged", refused)
+    observed, _ = _observe(tenant=tenant, history=history, evidence=evidence, now=now)
+    return observed, "acknowledged"
 
 
 @transaction.atomic(durable=True)
@@ -497,17 +541,6 @@ def _history_of(*, tenant: Tenant, effect_id: str) -> list[LedgerEntry]:
 def _proposed_body(history: Sequence[LedgerEntry]) -> dict[str, Any]:
     body: dict[str, Any] = next(e for e in history if e.kind == EntryKind.PROPOSED).body_value()
     return body
-
-
-def _standing_verdict(history: Sequence[LedgerEntry]) -> LedgerEntry | None:
-    """The verdict the effect's receipt reports now: the last one (evidence can settle an
-    AMBIGUOUS effect after it was marked so)."""
-    settling = verdicts(history)
-    return settling[-1] if settling else None
-
-
-def _attempts(history: Sequence[LedgerEntry]) -> set[int]:
-    return {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
 
 
 def _lease_state(tenant: Tenant, lease_id: str) -> LeaseState | None:
@@ -577,13 +610,14 @@ def _check_premises(premises: Any) -> None:
 
 
 def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
-    if kind not in AGENT_OUTCOME_KINDS:
-        raise NotaryInputError(f"kind {kind!r}: one of {', '.join(sorted(AGENT_OUTCOME_KINDS))}")
+    """The shape of an outcome body; what it may claim is the protocol's to say."""
+    if kind not in AGENT_VERDICT_KINDS:
+        raise NotaryInputError(f"kind {kind!r}: one of {', '.join(sorted(AGENT_VERDICT_KINDS))}")
     required: dict[str, type] = {}
     if kind == EntryKind.COMMITTED:
         required = {"state": str, "attempt": int, "result_ref": str}
-        if body.get("state") not in AGENT_COMMIT_STATES:
-            raise NotaryInputError(f"state: one of {', '.join(sorted(AGENT_COMMIT_STATES))}")
+        if body.get("state") not in COMMITTED_STATES:
+            raise NotaryInputError(f"state: one of {', '.join(sorted(COMMITTED_STATES))}")
     elif kind == EntryKind.FAILED:
         required = {"attempt": int, "code": str}
     elif kind == EntryKind.REFUSED:
@@ -600,71 +634,65 @@ def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
 _LOOKUP_TIMEOUT = timedelta(seconds=5)
 
 
+def target_declaration(target: Target) -> TargetDeclaration:
+    """What the notary's record of a target declares, in the protocol's terms."""
+    return TargetDeclaration(
+        tier=GateTier(target.tier),
+        queryable=target.queryable,
+        max_inflight=target.max_inflight,
+        key_window=target.key_window,
+        evidence_window=target.evidence_window,
+        attests_before_acting=target.attests_before_acting,
+    )
+
+
 def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
-    """Settle one effect left DISPATCHED past its target's max in-flight, if the notary can
-    know how it ended: from the target's lookup (tier 2), else AMBIGUOUS once the evidence window
-    has passed with none (evidence settles an effect as it arrives: effect_observe). Never
-    resends: a resend needs the agent's credentials and a fresh premise check, which the gate's
-    recover() does. Returns what it did; safe to rerun."""
+    """Settle one effect left in flight, as far as the notary can: the protocol's recovery
+    decision (protocol.decide) with the notary's own answers — the target's lookup where a
+    lookup_url is registered, the evidence in the ledger — so the sweep and the gate reach the
+    same verdict. Never resends and never re-checks premises: those need the agent's
+    credentials, and the gate's recover() does them. Returns what it did; safe to rerun."""
     effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).first()
     if effect is None or effect.settled_at is not None or effect.dispatched_at is None:
         return "nothing_to_do"
     target = Target.objects.get(tenant=tenant, name=effect.target)
-    now = timezone.now()
-    if now < effect.dispatched_at + target.max_inflight:
-        return "in_flight"
-    if target.lookup_url:
-        history = effect_entries(log=tenant.log, effect_id=effect_id)
-        answer = _notary_lookup(target, effect_id, _proposed_body(history)["payload"])
-        if isinstance(answer, Found):
-            return _notary_verdict(
-                tenant=tenant,
-                effect=effect,
-                kind=EntryKind.COMMITTED,
-                body={
-                    "state": "COMMITTED_ON_QUERY",
-                    "result_ref": answer.result_ref,
-                    "recheck": {"by": "notary", "lookup": "found"},
-                },
-            )
-        if isinstance(answer, NotFound):
-            return "not_found"  # known not sent: the agent's recover() may resend it
-    window = target.evidence_window
-    if window is not None and now >= effect.dispatched_at + window:
-        seconds = int(window.total_seconds())
-        return _notary_verdict(
-            tenant=tenant,
-            effect=effect,
-            kind=EntryKind.AMBIGUOUS,
-            body={
-                "recheck": {
-                    "by": "notary",
-                    "reason": f"no evidence within the target's evidence window ({seconds} s)",
-                }
-            },
-        )
-    return "waiting_for_evidence"
+    history = effect_entries(log=tenant.log, effect_id=effect_id)
+    answer: Answer | None = None
+    while True:
+        facts = Facts(history, target_declaration(target), timezone.now(), answer=answer)
+        step = decide(facts)
+        if isinstance(step, Settled):
+            return "nothing_to_do"
+        if isinstance(step, Wait):
+            return "in_flight"
+        if isinstance(step, Record):
+            return _notary_verdict(tenant=tenant, effect=effect, verdict=step)
+        if not isinstance(step, Ask):
+            return "needs_agent"  # a re-check and a resend are the agent's to make
+        if step.source == "notary":
+            answer = evidence_answer(history)
+        elif target.lookup_url:
+            answer = _notary_lookup(target, effect_id, _proposed_body(history)["payload"])
+        else:
+            return "needs_agent"  # only the agent can look this target up
 
 
 @transaction.atomic(durable=True)
-def _notary_verdict(*, tenant: Tenant, effect: Effect, kind: str, body: Mapping[str, Any]) -> str:
+def _notary_verdict(*, tenant: Tenant, effect: Effect, verdict: Record) -> str:
     """Record the verdict unless the effect moved on since it was read: settled by someone
     else, or dispatched again (the verdict would speak of the wrong attempt)."""
     lock_log(log=tenant.log)
     history = effect_entries(log=tenant.log, effect_id=effect.effect_id)
-    attempt = last_attempt(history)
-    if has_verdict(history) or attempt != effect.attempts:
+    if standing(history).state is not None or last_attempt(history) != effect.attempts:
         return "settled_meanwhile"
-    full = {**body, "attempt": attempt} if kind == EntryKind.COMMITTED else dict(body)
-    entry = append_entry(log=tenant.log, kind=kind, body=full, effect_id=effect.effect_id)
+    body = _by_notary(verdict)
+    entry = append_entry(log=tenant.log, kind=verdict.kind, body=body, effect_id=effect.effect_id)
     _project_effect(tenant=tenant, history=[*history, entry.as_ledger_entry()])
-    return str(full.get("state", kind)).lower()
+    return str(body.get("state", verdict.kind)).lower()
 
 
-def _notary_lookup(
-    target: Target, effect_id: str, payload: Mapping[str, Any]
-) -> Found | NotFound | Unknown:
-    """Ask the target; called only past max_inflight, so a "not found" is final."""
+def _notary_lookup(target: Target, effect_id: str, payload: Mapping[str, Any]) -> Answer:
+    """Ask the target; whether its "not found" counts is the protocol's to say."""
     service = HttpTarget(
         name=target.name,
         base_url=target.lookup_url.rstrip("/"),
@@ -675,4 +703,7 @@ def _notary_lookup(
         max_inflight=max(target.max_inflight, _LOOKUP_TIMEOUT),
         timeout_seconds=_LOOKUP_TIMEOUT.total_seconds(),
     )
-    return service.lookup(effect_id, payload)
+    try:
+        return service.lookup(effect_id, payload)
+    except ValueError as exc:  # an answer that is not the contract's
+        return Unknown(f"unreadable lookup answer: {exc}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 from django.http import StreamingHttpResponse
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
@@ -240,9 +239,7 @@ class EffectEvidenceView(APIView):
 
     @extend_schema(responses=EvidenceOutput)
     def get(self, request: Request, effect_id: str) -> Response:
-        evidence = selectors.effect_evidence(
-            tenant=_principal(request).tenant, effect_id=effect_id, now=timezone.now()
-        )
+        evidence = selectors.effect_evidence(tenant=_principal(request).tenant, effect_id=effect_id)
         return Response(EvidenceOutput(evidence).data)
 
 

@@ -68,6 +68,8 @@ class FunctionTarget:
     find: Callable[..., Any] | None
     takes_effect_id: bool  # it dedupes on the effect id, passed as `effect_id`
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
     queryable: bool = field(init=False)
     # What the function returned or raised in this process, by effect id, for the caller.
     results: dict[str, Any] = field(default_factory=dict)

@@ -55,8 +55,9 @@ from gate_client.adapters.outcomes import (
     raise_unless_committed,
 )
 from gate_client.gate import Gate
-from gate_client.journal import Journal, verdicts
+from gate_client.journal import Journal
 from gate_client.proposal import Premise, Proposal
+from gate_client.protocol import standing
 from gate_client.receipts import Receipt
 from gate_client.targets import (
     FailedDefinitively,
@@ -132,6 +133,8 @@ class McpToolTarget:
     queryable: bool
     key_window: timedelta | None = None  # a tier-1 tool is idempotent for good
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         arguments = dict(payload)
@@ -360,8 +363,8 @@ class GatedTools:
         reason = receipt.final_state.removeprefix("REFUSED:")
         base = reason.removesuffix("_at_recovery")
         words = _REFUSALS.get(base, base.replace("_", " "))
-        standing = verdicts(self.journal.history(receipt.effect_id))
-        body = standing[-1].body_value() if standing and base != "payload_changed" else {}
+        verdict = standing(self.journal.history(receipt.effect_id)).verdict
+        body = verdict.body_value() if verdict is not None and base != "payload_changed" else {}
         detail = body.get("detail") or ", ".join(body.get("failed", []))
         when = " when checked again after an interruption" if base != reason else ""
         return f"{words}{when}" + (f" ({detail})" if detail else "")

@@ -3,8 +3,9 @@ returns, anything else raises a typed error that carries its receipt."""
 
 from __future__ import annotations
 
-from gate_client.journal import Journal, verdicts
-from gate_client.receipts import COMMITTED_STATES, Receipt
+from gate_client.journal import Journal
+from gate_client.protocol import COMMITTED_STATES, standing
+from gate_client.receipts import Receipt
 from ledger.core.entries import EntryKind
 
 
@@ -47,8 +48,8 @@ def raise_unless_committed(receipt: Receipt) -> None:
 
 def committed_result_ref(journal: Journal, effect_id: str) -> str | None:
     """The target's reference for what it did, from the standing COMMITTED verdict."""
-    standing = verdicts(journal.history(effect_id))
-    if not standing or standing[-1].kind != EntryKind.COMMITTED:
+    verdict = standing(journal.history(effect_id)).verdict
+    if verdict is None or verdict.kind != EntryKind.COMMITTED:
         return None
-    result_ref: str = standing[-1].body_value()["result_ref"]
+    result_ref: str = verdict.body_value()["result_ref"]
     return result_ref

@@ -53,6 +53,8 @@ class ResendEmail:
     key_window: timedelta | None = RESEND_KEY_WINDOW
     max_inflight: timedelta = _SDK_TIMEOUT
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = True  # the probe asks about the key, which Resend forgets
     probe_from: str | None = None
     api_key: str | None = None
     api_url: str | None = None

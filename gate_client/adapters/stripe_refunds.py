@@ -52,6 +52,8 @@ class StripeRefunds:
     key_window: timedelta | None = STRIPE_KEY_WINDOW
     max_inflight: timedelta = _SDK_TIMEOUT
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         params: dict[str, Any] = {

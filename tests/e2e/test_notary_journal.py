@@ -37,6 +37,8 @@ class NoOpTarget:
     key_window = timedelta(hours=24)
     max_inflight = timedelta(seconds=1)
     evidence_window: timedelta | None = None
+    attests_before_acting = False
+    lookup_needs_key = False
 
     def __init__(self) -> None:
         self.sent: list[str] = []
@@ -160,22 +162,26 @@ def mail(tenant: Tenant, lease: Lease) -> Proposal:
     )
 
 
+def attest(notary_url: str, service_token: str, effect_id: str) -> httpx.Response:
+    return httpx.post(
+        f"{notary_url}/v1/attestations",
+        json={"effect_id": effect_id, "performed": True, "reference": "msg_1"},
+        headers={"Authorization": f"Bearer {service_token}"},
+    )
+
+
 def test_tier_3_stays_in_flight_while_the_window_is_open_then_evidence_settles_it(
     notary_url: str,
 ) -> None:
     tenant, token, service_token, lease = mail_tenant()
     target = Mailer(lose_answer=True)
     with NotaryJournal(notary_url, token) as journal:
-        gate = Gate(journal, {"mail": target})
+        gate = Gate(journal, {"mail": target}, patience=timedelta(0))
         receipt = gate.submit(mail(tenant, lease))
         # The window is open and nothing was seen: no verdict, and no person asked yet.
         assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
         assert journal.unsettled() == [receipt.effect_id]
-        attested = httpx.post(
-            f"{notary_url}/v1/attestations",
-            json={"effect_id": receipt.effect_id, "performed": True, "reference": "msg_1"},
-            headers={"Authorization": f"Bearer {service_token}"},
-        )
+        attested = attest(notary_url, service_token, receipt.effect_id)
         assert attested.json()["settled"] == "committed_on_evidence"
         settled = gate.submit(mail(tenant, lease))  # asking again sends nothing
     assert settled.final_state == "COMMITTED_ON_EVIDENCE"
@@ -184,8 +190,13 @@ def test_tier_3_stays_in_flight_while_the_window_is_open_then_evidence_settles_i
     verify_receipt(settled, iter_entries(log=tenant.log), origin=tenant.log.origin)
 
 
-def test_not_seen_within_the_window_counts_as_not_sent_and_is_resent(notary_url: str) -> None:
-    tenant, token, _, lease = mail_tenant()
+def test_not_seen_within_the_window_is_ambiguous_never_resent_and_late_evidence_settles_it(
+    notary_url: str,
+) -> None:
+    """Rule a: silence proves nothing. The agent died after the dispatch; the webhooks were
+    lost. recover() after the window says AMBIGUOUS, resends nothing, refuses nothing; the late
+    webhook still settles it without a person."""
+    tenant, token, service_token, lease = mail_tenant()
     proposal = mail(tenant, lease)
     with NotaryJournal(notary_url, token) as journal:
         request = DispatchRequest.of_proposal(
@@ -198,10 +209,45 @@ def test_not_seen_within_the_window_counts_as_not_sent_and_is_resent(notary_url:
         time.sleep(EVIDENCE_WINDOW.total_seconds() + 0.1)
         target = Mailer()
         [receipt] = Gate(journal, {"mail": target}).recover()
-    assert receipt.final_state == "COMMITTED_BY_RETRY"
-    assert receipt.recheck_at_recovery == {
-        "premises": [],
-        "evidence": "not seen within the evidence window: taken as not sent",
-    }
-    assert target.sent == [proposal.effect_id]
-    verify_receipt(receipt, iter_entries(log=tenant.log), origin=tenant.log.origin)
+        assert (receipt.final_state, receipt.happened) == ("AMBIGUOUS", "unknown")
+        assert target.sent == [], "a target that does not dedupe would have sent it twice"
+        assert attest(notary_url, service_token, proposal.effect_id).json()["settled"] == (
+            "committed_on_evidence"
+        )
+        assert Gate(journal, {"mail": target}).submit(proposal).final_state == (
+            "COMMITTED_ON_EVIDENCE"
+        )
+    assert target.sent == []
+
+
+def test_an_agent_cannot_write_the_notarys_words(notary_url: str) -> None:
+    """Rule g: states and rechecks only the notary's own lookup or evidence produce are a 400
+    that says why, and change nothing."""
+    tenant, token, _, lease = mail_tenant()
+    proposal = mail(tenant, lease)
+    with NotaryJournal(notary_url, token) as journal:
+        request = DispatchRequest.of_proposal(
+            proposal.effect_id, proposal.proposed_body([]), 1, [], False
+        )
+        journal.propose_and_dispatch(
+            effect_id=proposal.effect_id, body=proposal.proposed_body([]), request=request
+        )
+        size = len(list(iter_entries(log=tenant.log)))
+        for body in [
+            {
+                "state": "COMMITTED_ON_QUERY",
+                "attempt": 1,
+                "result_ref": "x",
+                "recheck": {"by": "notary", "lookup": "found"},
+            },
+            {"state": "COMMITTED_ON_EVIDENCE", "attempt": 1, "result_ref": "x", "recheck": {}},
+        ]:
+            answer = httpx.post(
+                f"{notary_url}/v1/effects/{proposal.effect_id}/outcome",
+                json={"kind": "COMMITTED", "body": body},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"] == "invalid"
+            assert "notary" in answer.json()["detail"] or "evidence" in answer.json()["detail"]
+    assert len(list(iter_entries(log=tenant.log))) == size

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.scenario_email import FAULTS, QUICK_CELLS, run
+from experiments.scenario_email import QUICK_CELLS, run
 from tests.conftest import child_database_url
 
 pytestmark = pytest.mark.slow
@@ -43,16 +43,15 @@ def test_the_email_experiment_in_ci_size(transactional_db: None, tmp_path: Path)
     assert skipped.answer_vs_truth == "contradicts" and not skipped.record_proves_it
 
     # The notary lifts tier 3: where an email went, Resend's webhook settles it, no person.
-    for fault in FAULTS:
+    for fault in ("crash_after_send", "refused_after_send"):
         cell = cells[("interlock_notary", fault)]
-        assert cell.answer != "AMBIGUOUS", (fault, cell.answer)
+        assert cell.answer == "COMMITTED_ON_EVIDENCE", (fault, cell.answer)
         assert cell.answer_vs_truth == "matches" and cell.record_proves_it, fault
         assert cell.crash_to_settled_seconds is not None
-    for fault in ("crash_after_send", "refused_after_send"):
-        assert cells[("interlock_notary", fault)].answer == "COMMITTED_ON_EVIDENCE"
-    assert cells[("interlock_notary", "refused_before_send")].answer == (
-        "REFUSED:stale_premise_at_recovery"
-    )
+    # Where none went, no webhook can say so: silence proves nothing, so it is AMBIGUOUS, never
+    # a refusal that claims it was not sent (a wrong answer whenever the webhooks are lost).
+    unsent = cells[("interlock_notary", "refused_before_send")]
+    assert (unsent.answer, unsent.answer_vs_truth) == ("AMBIGUOUS", "cannot know (said so)")
     assert cells[("interlock", "refused_after_send")].answer == "COMMITTED_ON_QUERY"
 
     # Ground truth is Resend's store: one email where one is wanted, under the cell's ids.

@@ -177,6 +177,8 @@ class FaultyTarget:
         self.key_window = inner.key_window
         self.max_inflight = inner.max_inflight
         self.evidence_window = inner.evidence_window
+        self.attests_before_acting = inner.attests_before_acting
+        self.lookup_needs_key = inner.lookup_needs_key
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         journal = LocalJournal(self.journal_path)

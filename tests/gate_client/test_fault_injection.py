@@ -20,9 +20,10 @@ from typing import Any, Literal
 import pytest
 
 from gate_client.gate import Gate
-from gate_client.journal import VERDICT_KINDS, LocalJournal
+from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
+from gate_client.protocol import AGENT_VERDICT_KINDS as VERDICT_KINDS
 from gate_client.receipts import Receipt, verify_receipt
 from gate_client.targets import Tier
 from ledger.core.entries import Entry, EntryKind
@@ -219,8 +220,6 @@ def test_the_clean_runs_reach_every_call_of_the_protocol(kind: str) -> None:
         "target.send",
         "premise",
     }
-    if KINDS[kind]["tier"] != Tier.NEITHER:
-        expected.add("journal.lease_state")  # re-checked before a resend; tier 3 never resends
     if KINDS[kind]["queryable"]:
         expected.add("target.lookup")
     assert reached == expected

@@ -19,6 +19,7 @@ from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from gate_client.targets import InDoubt, Tier
+from ledger.core.entries import EntryKind
 from tests.gate_client.seed_tables import SEED_EMAIL_TABLE
 from tests.gate_client.world import ServiceTarget, SimulatedCrash
 
@@ -262,18 +263,84 @@ def test_a_lease_revoked_during_the_outage_blocks_the_resend(
     world.verify(receipt)
 
 
-def test_past_its_key_window_a_tier_1_target_is_treated_as_tier_3(
+def test_past_its_key_window_a_queryable_target_is_settled_by_its_lookup(
     make_world: Callable[..., World],
 ) -> None:
-    world = make_world(key_window=timedelta(hours=24))
+    """Rule e: once the key is forgotten a resend could act twice, but a target that can be
+    looked up is tier 2: found is committed, nothing sent again."""
+    world = make_world(key_window=timedelta(hours=24), dedupes=False)
     world.target.crash_after_acting = True
     with pytest.raises(SimulatedCrash):
         world.gate().submit(world.proposal())
     world.sleep(25 * 3600)
     (receipt,) = world.gate().recover()
-    assert receipt.final_state == "AMBIGUOUS"
-    assert receipt.happened == "unknown"
+    assert receipt.final_state == "COMMITTED_ON_QUERY"
     assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+def test_past_its_key_window_not_found_is_resent_once_after_a_re_check(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(key_window=timedelta(hours=24), dedupes=False)
+    world.target.crash_before_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    world.sleep(25 * 3600)
+    (receipt,) = world.gate().recover()
+    assert receipt.final_state == "COMMITTED_BY_RETRY"
+    assert receipt.recheck_at_recovery is not None
+    assert receipt.recheck_at_recovery["lookup"] == "not_found"
+    assert world.target.times_acted(receipt.effect_id) == 1
+    world.verify(receipt)
+
+
+def test_past_its_key_window_a_target_with_nothing_to_ask_is_ambiguous(
+    make_world: Callable[..., World],
+) -> None:
+    world = make_world(key_window=timedelta(hours=24), queryable=False, dedupes=False)
+    world.target.crash_after_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    world.sleep(25 * 3600)
+    (receipt,) = world.gate().recover()
+    assert (receipt.final_state, receipt.happened) == ("AMBIGUOUS", "unknown")
+    assert world.target.times_acted(receipt.effect_id) == 1
+
+
+def test_a_live_attempt_is_waited_for_and_its_answer_stands(
+    make_world: Callable[..., World],
+) -> None:
+    """Rule c: a process meeting a tier-3 effect another process dispatched a moment ago waits
+    out max in-flight for that process's answer instead of calling it AMBIGUOUS."""
+    world = make_world(tier=Tier.NEITHER, queryable=False, key_window=None, dedupes=False)
+    world.target.crash_after_acting = True
+    with pytest.raises(SimulatedCrash):
+        world.gate().submit(world.proposal())
+    effect_id = world.proposal().effect_id
+    answered = []
+
+    def the_sender_answers(seconds: float) -> None:
+        world.sleep(seconds)
+        if not answered:  # the first process was slow, not dead: its answer arrives now
+            answered.append(
+                world.journal.record(
+                    kind=EntryKind.COMMITTED,
+                    effect_id=effect_id,
+                    body={
+                        "state": "COMMITTED",
+                        "attempt": 1,
+                        "result_ref": "ref-1",
+                        "recheck": None,
+                    },
+                )
+            )
+
+    gate = world.gate()
+    gate.sleep = the_sender_answers
+    receipt = gate.submit(world.proposal())
+    assert receipt.final_state == "COMMITTED"
+    assert world.target.times_acted(effect_id) == 1
 
 
 def test_a_decision_durable_before_the_crash_is_dispatched_at_recovery(

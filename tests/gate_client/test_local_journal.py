@@ -48,11 +48,11 @@ def test_entries_survive_reopening_with_their_chain(tmp_path: Path) -> None:
     path = tmp_path / "journal"
     journal = LocalJournal(path, clock=lambda: NOW)
     first = journal.record(kind=EntryKind.PROPOSED, effect_id="eff_1", body={"amount": 20})
-    journal.record(kind=EntryKind.COMMITTED, effect_id="eff_1", body={"result_ref": "re_1"})
+    journal.record(kind=EntryKind.OBSERVED, effect_id="eff_1", body={"result_ref": "re_1"})
     journal.close()
     assert first.prev_hash == genesis_hash("gate.local/journal")
     reopened = LocalJournal(path)
-    assert [e.kind for e in reopened.entries()] == ["PROPOSED", "COMMITTED"]
+    assert [e.kind for e in reopened.entries()] == ["PROPOSED", "OBSERVED"]
     assert reopened.entries()[0] == first
     lines = path.read_bytes().splitlines()
     assert lines[0] == first.leaf_bytes()
@@ -267,3 +267,38 @@ def test_an_unknown_crash_point_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert child.returncode == 1
     assert "INTERLOCK_CRASH_AT='sometime' is not one of" in child.stderr
+
+
+def _committed(ref: str) -> dict[str, Any]:
+    return {"state": "COMMITTED", "attempt": 1, "result_ref": ref, "recheck": None}
+
+
+def test_a_second_final_verdict_is_refused_as_the_notary_refuses_it(tmp_path: Path) -> None:
+    """Rule d: the local journal applies the notary's precedence. The first final verdict
+    stands; an answer that contradicts it is kept as evidence, never as a second verdict."""
+    journal = LocalJournal(tmp_path / "journal", clock=lambda: NOW)
+    journal.grant_lease(LEASE)
+    journal.propose(effect_id="eff_1", body={"amount_cents": 2000})
+    dispatch(journal)
+    first = journal.record(kind=EntryKind.COMMITTED, effect_id="eff_1", body=_committed("re_1"))
+    again = journal.record(
+        kind=EntryKind.FAILED, effect_id="eff_1", body={"attempt": 1, "code": "declined"}
+    )
+    assert again == first
+    other = journal.record(kind=EntryKind.COMMITTED, effect_id="eff_1", body=_committed("re_2"))
+    assert other == first
+    kinds = [e.kind for e in journal.history("eff_1")]
+    assert kinds == ["PROPOSED", "DISPATCHED", "COMMITTED", "OBSERVED"]
+    with pytest.raises(AttemptTaken):
+        dispatch(journal, attempt=2)
+
+
+def test_the_agents_late_answer_settles_an_ambiguous_effect(tmp_path: Path) -> None:
+    journal = LocalJournal(tmp_path / "journal", clock=lambda: NOW)
+    journal.grant_lease(LEASE)
+    journal.propose(effect_id="eff_1", body={"amount_cents": 2000})
+    dispatch(journal)
+    journal.record(kind=EntryKind.AMBIGUOUS, effect_id="eff_1", body={"recheck": {}})
+    late = journal.record(kind=EntryKind.COMMITTED, effect_id="eff_1", body=_committed("re_1"))
+    assert late.kind == EntryKind.COMMITTED
+    assert journal.record(kind=EntryKind.AMBIGUOUS, effect_id="eff_1", body={}) == late

@@ -35,6 +35,8 @@ class ServiceTarget:
     key_window: timedelta | None = timedelta(hours=24)
     max_inflight: timedelta = timedelta(seconds=5)
     evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
     dedupes: bool = True
     # Ground truth: every time the service really acted, with the key it was sent under.
     acted: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)

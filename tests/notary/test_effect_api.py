@@ -217,23 +217,48 @@ def test_attempts_are_compare_and_set(agent: Agent) -> None:
     assert agent.dispatch(effect_id, attempt=2).status_code == 201
 
 
-def test_the_first_verdict_stands(agent: Agent) -> None:
+def test_the_agents_late_answer_settles_ambiguous_and_then_the_first_final_verdict_stands(
+    agent: Agent,
+) -> None:
     effect_id = agent.proposal().effect_id
     agent.propose()
     agent.dispatch(effect_id)
     first = agent.outcome(effect_id, "AMBIGUOUS", recheck={"reason": "tier 3"})
     assert first.status_code == 201
-    size = log_size(agent.tenant)
-    second = agent.outcome(
+    late = agent.outcome(
         effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="x", recheck=None
     )
-    assert second.status_code == 200
-    assert second.json()["recorded"] is False
-    assert second.json()["entry"] == first.json()["entry"]
+    assert late.status_code == 201, "AMBIGUOUS is not final: the sender's own answer settles it"
+    assert Effect.objects.get(effect_id=effect_id).state == "COMMITTED"
+    size = log_size(agent.tenant)
+    again = agent.outcome(effect_id, "FAILED", attempt=1, code="card_declined")
+    assert again.status_code == 200
+    assert again.json()["recorded"] is False
+    assert again.json()["entry"] == late.json()["entry"]
     assert log_size(agent.tenant) == size
     settled = agent.dispatch(effect_id, attempt=2)
     assert settled.status_code == 409
     assert settled.json()["error"] == "already_settled"
+
+
+def test_a_second_result_for_one_effect_is_kept_and_shown_as_a_duplicate(agent: Agent) -> None:
+    effect_id = agent.proposal().effect_id
+    agent.propose()
+    agent.dispatch(effect_id)
+    agent.outcome(
+        effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="x", recheck=None
+    )
+    size = log_size(agent.tenant)
+    other = agent.outcome(
+        effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="y", recheck=None
+    )
+    assert other.json()["recorded"] is False
+    assert log_size(agent.tenant) == size + 1, "the second result is kept, as evidence"
+    receipt = agent.client.get(f"/v1/effects/{effect_id}/receipt").json()["receipt"]
+    assert receipt["final_state"] == "COMMITTED"
+    assert receipt["contradicted"] is True and receipt["recorded"] is False
+    assert [c["kind"] for c in receipt["contradictions"]] == ["duplicate_at_target"]
+    assert Effect.objects.get(effect_id=effect_id).contradicted
 
 
 def test_the_unsettled_list_is_what_recovery_must_settle(agent: Agent) -> None:

@@ -36,7 +36,7 @@ def test_each_ending_reads_plainly(mail: Tenant) -> None:
 
     attested = dispatched(mail, "mail", "case-2")
     observed, _ = services.attestation_record(
-        tenant=mail, by="erp", effect_id=attested, performed=True, reference="doc_7", detail=""
+        tenant=mail, by="erp", effect_id=attested, stage="performed", reference="doc_7", detail=""
     )
     assert sentence(attested) == (
         f"Sent once: mail confirmed it with a statement from erp (ledger entry {observed.seq})."
@@ -70,7 +70,7 @@ def test_each_ending_reads_plainly(mail: Tenant) -> None:
 
 def test_only_an_ambiguous_effect_is_resolved_and_only_with_a_reason(mail: Tenant) -> None:
     open_effect = dispatched(mail, "mail", "case-1")
-    with pytest.raises(services.NotaryConflict, match="only an AMBIGUOUS effect"):
+    with pytest.raises(services.NotaryConflict, match="only an AMBIGUOUS or contradicted effect"):
         services.effect_resolve(
             tenant=mail, effect_id=open_effect, happened=True, reason="x", by="fiona"
         )
@@ -83,7 +83,14 @@ def test_only_an_ambiguous_effect_is_resolved_and_only_with_a_reason(mail: Tenan
         tenant=mail, effect_id=open_effect, happened=False, reason="not in the outbox", by="fiona"
     )
     _, settled = services.attestation_record(
-        tenant=mail, by="erp", effect_id=open_effect, performed=True, reference="", detail=""
+        tenant=mail, by="erp", effect_id=open_effect, stage="performed", reference="", detail=""
     )
-    assert settled == "recorded"  # evidence after a person's decision is kept, not acted on
-    assert Effect.objects.get(effect_id=open_effect).state == "RESOLVED_NOT_HAPPENED"
+    # Evidence after a person's decision never moves it; it sends the effect back to a person.
+    assert settled == "contradicts"
+    effect = Effect.objects.get(effect_id=open_effect)
+    assert (effect.state, effect.contradicted) == ("RESOLVED_NOT_HAPPENED", True)
+    services.effect_resolve(
+        tenant=mail, effect_id=open_effect, happened=True, reason="the ERP says sent", by="fiona"
+    )
+    effect.refresh_from_db()
+    assert (effect.state, effect.contradicted) == ("RESOLVED_HAPPENED", False)

@@ -51,7 +51,7 @@ def shop(acme: Tenant, signer: Signer) -> Tenant:
     )
     attested = dispatched(acme, "mail", "case-4")
     services.attestation_record(
-        tenant=acme, by="mailer", effect_id=attested, performed=True, reference="m4", detail=""
+        tenant=acme, by="mailer", effect_id=attested, stage="performed", reference="m4", detail=""
     )
     dispatched(acme, "mail", "case-5")  # still in flight
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)

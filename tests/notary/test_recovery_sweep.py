@@ -58,7 +58,7 @@ def test_late_evidence_settles_what_the_sweep_left_ambiguous_without_a_person(
         tenant=acme,
         by="mailer",
         effect_id=effect_id,
-        performed=True,
+        stage="performed",
         reference="msg_9",
         detail="",
     )
@@ -66,7 +66,11 @@ def test_late_evidence_settles_what_the_sweep_left_ambiguous_without_a_person(
     after = receipt(acme, effect_id)
     assert after["final_state"] == "COMMITTED_ON_EVIDENCE"
     assert after["happened"] is True
-    assert after["recheck_at_recovery"] == {"by": "notary", "evidence_seq": observed.seq}
+    assert after["recheck_at_recovery"] == {
+        "by": "notary",
+        "evidence": "found",
+        "evidence_seq": observed.seq,
+    }
     assert Effect.objects.get(effect_id=effect_id).result_ref == "msg_9"
     assert services.effect_sweep(tenant=acme, effect_id=effect_id) == "nothing_to_do"
 
@@ -90,27 +94,33 @@ def test_a_tier_2_lookup_settles_what_the_service_did_and_never_resends(
 
     assert services.effect_sweep(tenant=acme, effect_id=acted) == "committed_on_query"
     assert receipt(acme, acted)["final_state"] == "COMMITTED_ON_QUERY"
-    assert services.effect_sweep(tenant=acme, effect_id=never) == "not_found"
-    assert Effect.objects.get(effect_id=never).state == "DISPATCHED"  # left for recover()
+    # Known not sent: a resend needs a re-check with the agent's credentials, left to recover().
+    assert services.effect_sweep(tenant=acme, effect_id=never) == "needs_agent"
+    assert Effect.objects.get(effect_id=never).state == "DISPATCHED"
     assert len(read_acts(service.store, acted)) == 1
     assert read_acts(service.store, never) == []
 
 
 @pytest.mark.django_db
-def test_nothing_within_the_evidence_window_is_ambiguous_and_no_window_waits(
+def test_the_sweep_says_ambiguous_where_the_gate_would_and_leaves_resends_to_the_agent(
     acme: Tenant,
 ) -> None:
     register(acme, "mail", evidence_window=INSTANT)
     register(acme, "pager")
+    register(acme, "payments", tier=1)
     lapsed = dispatched(acme, "mail", "case-1")
-    patient = dispatched(acme, "pager", "case-2")
-    assert sweep_in_flight() >= 2  # eager in tests: the settle tasks run inline
+    unaskable = dispatched(acme, "pager", "case-2")
+    keyed = dispatched(acme, "payments", "case-3")
+    assert sweep_in_flight() >= 3  # eager in tests: the settle tasks run inline
     assert receipt(acme, lapsed)["final_state"] == "AMBIGUOUS"
     assert receipt(acme, lapsed)["recheck_at_recovery"] == {
         "by": "notary",
-        "reason": "no evidence within the target's evidence window (0 s)",
+        "evidence": "none within the evidence window; silence proves nothing",
     }
-    assert Effect.objects.get(effect_id=patient).state == "DISPATCHED"
+    assert receipt(acme, unaskable)["final_state"] == "AMBIGUOUS"
+    # Tier 1 inside its key window is resent by the agent, after a re-check only it can make.
+    assert Effect.objects.get(effect_id=keyed).state == "DISPATCHED"
+    assert services.effect_sweep(tenant=acme, effect_id=keyed) == "needs_agent"
     assert services.effect_sweep(tenant=acme, effect_id=lapsed) == "nothing_to_do"
 
 

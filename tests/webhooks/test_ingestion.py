@@ -102,8 +102,9 @@ def test_a_failed_refund_is_evidence_of_failure(acme: Tenant) -> None:
     assert deliver(made, secret, event).outcome == "failed_on_evidence"
     assert state(acme, effect_id) == "FAILED:evidence:refund.failed"
     late = deliver(made, secret, stripe_refund_event(effect_id))
-    assert late.outcome == "recorded"
+    assert late.outcome == "contradicts", "a refund seen after its failure is never filed away"
     assert state(acme, effect_id) == "FAILED:evidence:refund.failed"
+    assert Effect.objects.get(tenant=acme, effect_id=effect_id).contradicted
 
 
 def test_resend_matches_by_tag_or_by_the_email_id_the_gate_committed(acme: Tenant) -> None:

@@ -1,0 +1,682 @@
+"""The protocol's rules, decided in one place (DESIGN §2 and §3).
+
+Final states as a value type; which verdict stands when several are offered; what contradicts a
+standing verdict; who may write which verdict; what a target declares; and the recovery
+decision, one pure function from what is known of an effect to the next step. The gate, both
+journals, the notary's outcome endpoint, evidence ingestion and the recovery sweep all call these
+functions, so they cannot disagree. Plain Python: no Django, no I/O, no clock of its own.
+
+The recovery decision is asked repeatedly: a step may be "ask the target", "ask the notary" or
+"re-check lease and premises", and the caller asks again with the answer, so lookups and premise
+checks run only when the rules need them."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from gate_client.targets import Found, NotFound, Target, Tier, Unknown
+from ledger.core.entries import Entry, EntryKind
+
+Happened = bool | Literal["unknown"]
+
+
+class State(enum.StrEnum):
+    PROPOSED = "PROPOSED"
+    DISPATCHED = "DISPATCHED"
+    COMMITTED = "COMMITTED"
+    COMMITTED_BY_RETRY = "COMMITTED_BY_RETRY"
+    COMMITTED_ON_QUERY = "COMMITTED_ON_QUERY"
+    COMMITTED_ON_EVIDENCE = "COMMITTED_ON_EVIDENCE"
+    FAILED = "FAILED"
+    REFUSED = "REFUSED"
+    AMBIGUOUS = "AMBIGUOUS"
+    RESOLVED_HAPPENED = "RESOLVED_HAPPENED"
+    RESOLVED_NOT_HAPPENED = "RESOLVED_NOT_HAPPENED"
+
+
+COMMITTED_STATES = frozenset(
+    {
+        State.COMMITTED,
+        State.COMMITTED_BY_RETRY,
+        State.COMMITTED_ON_QUERY,
+        State.COMMITTED_ON_EVIDENCE,
+    }
+)
+REFUSAL_REASONS = frozenset(
+    {"payload_changed", "lease_expired", "lease_revoked", "lease_scope", "stale_premise"}
+)
+AT_RECOVERY = "_at_recovery"
+
+
+@dataclass(frozen=True)
+class FinalState:
+    """A state with its reason: `REFUSED:stale_premise_at_recovery` is (REFUSED,
+    "stale_premise", at_recovery=True); `FAILED:card_declined` is (FAILED, "card_declined")."""
+
+    state: State
+    reason: str = ""
+    at_recovery: bool = False
+
+    def __str__(self) -> str:
+        if self.state == State.REFUSED:
+            return f"REFUSED:{self.reason}{AT_RECOVERY if self.at_recovery else ''}"
+        if self.state == State.FAILED:
+            return f"FAILED:{self.reason}"
+        return str(self.state)
+
+    @classmethod
+    def parse(cls, text: str) -> FinalState:
+        name, _, reason = text.partition(":")
+        state = State(name)
+        if state == State.REFUSED:
+            base = reason.removesuffix(AT_RECOVERY)
+            return cls(state, base, base != reason)
+        return cls(state, reason)
+
+    @property
+    def final(self) -> bool:
+        """A final verdict stands for good; AMBIGUOUS waits for evidence, the agent or a person."""
+        return self.state not in (State.PROPOSED, State.DISPATCHED, State.AMBIGUOUS)
+
+    @property
+    def happened(self) -> Happened:
+        if self.state in COMMITTED_STATES or self.state == State.RESOLVED_HAPPENED:
+            return True
+        if self.state in (State.DISPATCHED, State.AMBIGUOUS):
+            return "unknown"
+        return False
+
+
+def verdict_state(kind: str, body: Mapping[str, Any]) -> FinalState | None:
+    """The state an entry of `kind` with `body` settles the effect in; None for entries that
+    settle nothing (a refused re-decided payload leaves the first proposal standing)."""
+    if kind == EntryKind.COMMITTED:
+        state = State(body["state"])
+        if state not in COMMITTED_STATES:
+            raise ValueError(f"COMMITTED with state {state}")
+        return FinalState(state)
+    if kind == EntryKind.FAILED:
+        return FinalState(State.FAILED, str(body["code"]))
+    if kind == EntryKind.REFUSED:
+        if body["reason"] == "payload_changed":
+            return None
+        return FinalState.parse(f"REFUSED:{body['reason']}")
+    if kind == EntryKind.AMBIGUOUS:
+        return FinalState(State.AMBIGUOUS)
+    if kind == EntryKind.RESOLVED:
+        return FinalState(
+            State.RESOLVED_HAPPENED if body["happened"] else State.RESOLVED_NOT_HAPPENED
+        )
+    return None
+
+
+def entry_state(entry: Entry) -> FinalState | None:
+    return verdict_state(entry.kind, entry.body_value())
+
+
+def last_attempt(history: Sequence[Entry]) -> int:
+    return max(
+        (e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED), default=0
+    )
+
+
+def is_payload_change(entry: Entry) -> bool:
+    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
+
+
+# --- precedence and contradictions --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """Evidence at odds with what stands: shown on the receipt, sent back to a person."""
+
+    kind: Literal["happened_after_not_happened", "happened_never_dispatched", "duplicate_at_target"]
+    detail: str
+    verdict_seq: int | None  # the verdict contradicted, if any
+    seqs: tuple[int, ...]  # the entries that contradict it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "detail": self.detail,
+            "verdict_seq": self.verdict_seq,
+            "seqs": list(self.seqs),
+        }
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What an effect's entries settle: the verdict that stands (None: none yet) and the
+    contradictions no person has settled since they were recorded."""
+
+    verdict: Entry | None
+    state: FinalState | None
+    contradictions: tuple[Contradiction, ...]
+
+    @property
+    def final(self) -> bool:
+        return self.state is not None and self.state.final
+
+
+def standing(history: Sequence[Entry]) -> Standing:
+    """The first final verdict stands everywhere; before one, the first AMBIGUOUS. Later offers
+    change nothing, except a person's RESOLVED recorded while the effect was contradicted: a
+    person settles what evidence left at odds."""
+    verdict: Entry | None = None
+    state: FinalState | None = None
+    open_contradictions: tuple[Contradiction, ...] = ()
+    for position, entry in enumerate(history):
+        offered = entry_state(entry)
+        if offered is None:
+            if entry.kind == EntryKind.OBSERVED:
+                open_contradictions = _contradictions(history[: position + 1], verdict, state)
+            continue
+        if state is None or not state.final:
+            if state is None or offered.final:
+                verdict, state = entry, offered
+        elif entry.kind == EntryKind.RESOLVED and open_contradictions:
+            verdict, state = entry, offered  # the person's word on the contradiction stands
+        open_contradictions = _contradictions(history[: position + 1], verdict, state)
+    return Standing(verdict, state, open_contradictions)
+
+
+def _contradictions(
+    history: Sequence[Entry], verdict: Entry | None, state: FinalState | None
+) -> tuple[Contradiction, ...]:
+    """What contradicts `verdict` among `history`, counting only what came after the last
+    RESOLVED that stands (a person has seen and settled what came before)."""
+    since = verdict.seq if verdict is not None and verdict.kind == EntryKind.RESOLVED else -1
+    performed = [
+        e
+        for e in history
+        if e.kind == EntryKind.OBSERVED and e.body_value().get("outcome") == "performed"
+    ]
+    found: list[Contradiction] = []
+    late = tuple(e.seq for e in performed if e.seq > since)
+    dispatched = any(e.kind == EntryKind.DISPATCHED for e in history)
+    verdict_seq = verdict.seq if verdict is not None else None
+    if late and not dispatched:
+        found.append(
+            Contradiction(
+                "happened_never_dispatched",
+                "evidence says it was performed, but it was never dispatched",
+                verdict_seq,
+                late,
+            )
+        )
+    elif late and state is not None and state.happened is False:
+        found.append(
+            Contradiction(
+                "happened_after_not_happened",
+                f"evidence says it was performed, but the verdict is {state}",
+                verdict_seq,
+                late,
+            )
+        )
+    refs: dict[str, int] = {}
+    carriers = [e for e in history if e.kind == EntryKind.COMMITTED]
+    for entry in sorted([*carriers, *performed], key=lambda e: e.seq):
+        ref = str(entry.body_value().get("result_ref") or "")
+        if ref:
+            refs.setdefault(ref, entry.seq)
+    if len(refs) > 1 and max(refs.values()) > since:
+        first, *others = sorted(refs, key=refs.__getitem__)
+        found.append(
+            Contradiction(
+                "duplicate_at_target",
+                f"the target reports {len(refs)} different results ({first}, "
+                f"{', '.join(others)}): it acted more than once",
+                verdict_seq,
+                tuple(sorted(refs[r] for r in others)),
+            )
+        )
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a journal does with an offered verdict: record it, record the offer as evidence
+    (it contradicts the verdict that stands, which must be seen), or leave the standing one."""
+
+    action: Literal["record", "record_as_evidence", "stands"]
+    standing: Entry | None = None
+    evidence: Mapping[str, Any] | None = None
+
+
+def admit(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> Admission:
+    """The one precedence rule both journals and the notary apply to every verdict offered."""
+    offered = verdict_state(kind, body)
+    now = standing(history)
+    if offered is None or now.state is None:
+        return Admission("record")
+    if not now.state.final:
+        return Admission("record") if offered.final else Admission("stands", now.verdict)
+    if offered.happened is True and (
+        now.state.happened is False or _new_result_ref(history, now.verdict, body)
+    ):
+        evidence = {
+            "source": "agent",
+            "outcome": "performed",
+            "type": f"late {offered}",
+            "result_ref": str(body.get("result_ref") or ""),
+            "attempt": body.get("attempt"),
+        }
+        return Admission("record_as_evidence", now.verdict, evidence)
+    return Admission("stands", now.verdict)
+
+
+def _new_result_ref(
+    history: Sequence[Entry], verdict: Entry | None, body: Mapping[str, Any]
+) -> bool:
+    ref = str(body.get("result_ref") or "")
+    if not ref or verdict is None:
+        return False
+    known = {
+        str(e.body_value().get("result_ref") or "")
+        for e in [verdict, *history]
+        if e.kind in (EntryKind.COMMITTED, EntryKind.OBSERVED)
+    }
+    return ref not in known and any(known - {""})
+
+
+# --- who may write what ------------------------------------------------------------------------
+
+AGENT_VERDICT_KINDS = frozenset(
+    {EntryKind.COMMITTED, EntryKind.FAILED, EntryKind.AMBIGUOUS, EntryKind.REFUSED}
+)
+
+
+def agent_outcome_refusal(
+    history: Sequence[Entry], kind: str, body: Mapping[str, Any]
+) -> str | None:
+    """Why an agent may not record this outcome (None: it may). Only the notary speaks for its
+    own lookups and its evidence, and only a real attempt can have an outcome."""
+    if kind not in AGENT_VERDICT_KINDS:
+        return f"kind {kind!r}: an agent records one of {', '.join(sorted(AGENT_VERDICT_KINDS))}"
+    recheck = body.get("recheck")
+    if "by" in body or (isinstance(recheck, Mapping) and "by" in recheck):
+        return "only the notary writes 'by': an agent's outcome is its own"
+    if recheck is not None and not isinstance(recheck, Mapping):
+        return "recheck must be an object or null"
+    attempts = {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
+    attempt = body.get("attempt")
+    if kind in (EntryKind.COMMITTED, EntryKind.FAILED) and attempt not in attempts:
+        return f"{kind} names attempt {attempt!r}, which was never made"
+    if kind == EntryKind.COMMITTED:
+        state = body["state"]
+        if state == State.COMMITTED_BY_RETRY and isinstance(attempt, int) and attempt < 2:
+            return "COMMITTED_BY_RETRY is a resend: its attempt is 2 or more"
+        if state == State.COMMITTED_ON_EVIDENCE:
+            return _evidence_citation_refusal(history, body)
+        if state == State.COMMITTED_ON_QUERY and not (
+            isinstance(recheck, Mapping) and recheck.get("lookup") == "found"
+        ):
+            return "COMMITTED_ON_QUERY says what the lookup found: recheck.lookup = 'found'"
+    if kind == EntryKind.FAILED and str(body["code"]).startswith("evidence:"):
+        cited = next((e for e in history if e.seq == body.get("evidence_seq")), None)
+        if cited is None or evidence_answer([cited]) != Negative(body["code"], cited.seq):
+            return "FAILED on evidence cites evidence_seq: this effect's 'not performed' evidence"
+    if kind == EntryKind.REFUSED and body["reason"] != "payload_changed":
+        reason = str(body["reason"])
+        if reason.removesuffix(AT_RECOVERY) not in REFUSAL_REASONS:
+            return f"reason {reason!r}: one of {', '.join(sorted(REFUSAL_REASONS))}"
+        if attempts and not reason.endswith(AT_RECOVERY):
+            return "an effect already dispatched is refused only at recovery (reason_at_recovery)"
+    return None
+
+
+def _evidence_citation_refusal(history: Sequence[Entry], body: Mapping[str, Any]) -> str | None:
+    recheck = body.get("recheck")
+    seq = recheck.get("evidence_seq") if isinstance(recheck, Mapping) else None
+    cited = next((e for e in history if e.seq == seq and e.kind == EntryKind.OBSERVED), None)
+    if cited is None or cited.body_value().get("outcome") != "performed":
+        return (
+            "COMMITTED_ON_EVIDENCE cites recheck.evidence_seq: this effect's 'performed' evidence"
+        )
+    if str(cited.body_value().get("result_ref") or "") != body.get("result_ref"):
+        return "COMMITTED_ON_EVIDENCE carries the result_ref of the evidence it cites"
+    return None
+
+
+# --- what a target declares ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetDeclaration:
+    """What a target allows, as declared once (the notary's target record is the source of
+    truth). The windows decide when silence may count: a lookup's "not found" after
+    max_inflight; webhook evidence never (positive-only), it only ends the wait at
+    evidence_window; a write-ahead attesting service's silence after max_inflight."""
+
+    tier: Tier
+    queryable: bool
+    max_inflight: timedelta
+    key_window: timedelta | None = None
+    evidence_window: timedelta | None = None
+    attests_before_acting: bool = False
+    lookup_needs_key: bool = False
+
+    @classmethod
+    def of(cls, target: Target) -> TargetDeclaration:
+        return cls(
+            tier=target.tier,
+            queryable=target.queryable,
+            max_inflight=target.max_inflight,
+            key_window=target.key_window,
+            evidence_window=target.evidence_window,
+            attests_before_acting=target.attests_before_acting,
+            lookup_needs_key=target.lookup_needs_key,
+        )
+
+    def differences(self, other: TargetDeclaration) -> list[str]:
+        """`name: ours != theirs` for each field that differs."""
+        return [
+            f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}"
+            for name in self.__dataclass_fields__
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+
+class Mode(enum.StrEnum):
+    """How an effect of this target recovers now."""
+
+    RESEND_UNDER_KEY = "resend_under_key"  # tier 1 inside its key window
+    LOOKUP = "lookup"  # ask the target; not found counts after max_inflight
+    ATTESTED = "attested"  # ask the notary; no write-ahead attestation counts after max_inflight
+    EVIDENCE = "evidence"  # ask the notary; positive-only, silence is never "not sent"
+    NOTHING_TO_ASK = "nothing_to_ask"  # never resend; AMBIGUOUS
+
+
+def recovery_mode(
+    declared: TargetDeclaration, *, first_dispatched_at: datetime, now: datetime
+) -> Mode:
+    """Tier 1 inside its key window resends under the key; otherwise (past the window too: a
+    target that can be looked up is tier 2 then) by what can be asked."""
+    if declared.key_window is None or now - first_dispatched_at < declared.key_window:
+        return Mode.RESEND_UNDER_KEY if declared.tier == Tier.DEDUPES else asking_mode(declared)
+    return asking_mode(
+        replace(declared, queryable=declared.queryable and not declared.lookup_needs_key)
+    )
+
+
+# --- the recovery decision ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Negative:
+    """Evidence that the target did not act (a bounce, a failed refund, a service's word)."""
+
+    code: str
+    evidence_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A write-ahead attestation with no outcome after it: the service was about to act."""
+
+
+Answer = Found | NotFound | Unknown | Negative | Intent
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Lease and premises checked just now: `failure` says what stops a dispatch (None: all
+    hold), `premises` as observed."""
+
+    failure: Mapping[str, Any] | None
+    premises: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class Facts:
+    history: Sequence[Entry]  # the effect's entries, in order
+    declared: TargetDeclaration
+    now: datetime
+    answer: Answer | None = None  # what the last Ask step was answered, if asked
+    recheck: Recheck | None = None
+    dispatched_here: bool = False  # this process made the last attempt (no one else will report)
+    recovering: bool = True  # False only on a fresh submit's first dispatch
+
+
+@dataclass(frozen=True)
+class Ask:
+    source: Literal["target", "notary"]
+
+
+@dataclass(frozen=True)
+class CheckAgain:
+    """Re-check lease and premises: the step before any dispatch."""
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    attempt: int
+    premises: Sequence[Mapping[str, Any]]
+    assumed: Mapping[str, Any] | None = None  # what the dispatch takes as known, for the receipt
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing may be concluded before `until`: a verdict from someone else may arrive."""
+
+    until: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class Record:
+    kind: EntryKind
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settled:
+    standing: Standing
+
+
+Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled
+
+
+def decide(facts: Facts) -> Step:
+    """DESIGN §3's recovery algorithm for one effect, as the next step."""
+    history = facts.history
+    now_standing = standing(history)
+    if now_standing.state is not None:
+        return Settled(now_standing)
+    dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
+    if not dispatches:
+        return _first_dispatch(facts)
+    last = dispatches[-1]
+    attempt = int(last.body_value()["attempt"])
+    declared = facts.declared
+    inflight_until = last.created_at + declared.max_inflight
+    # The last request may still be on its way or at work, and its sender may still report.
+    live = facts.now < inflight_until
+    mode = recovery_mode(declared, first_dispatched_at=dispatches[0].created_at, now=facts.now)
+    failure: Mapping[str, Any] | None = None
+    if mode == Mode.RESEND_UNDER_KEY:
+        # The key makes a concurrent duplicate harmless: a re-checked resend may go at once.
+        if facts.recheck is None:
+            return CheckAgain()
+        if facts.recheck.failure is None:
+            return Dispatch(attempt + 1, facts.recheck.premises)
+        failure = facts.recheck.failure  # no resend: only asking is left
+        mode = asking_mode(declared)
+    known = dict(failure or {})
+    if mode == Mode.NOTHING_TO_ASK:
+        if live and not facts.dispatched_here:
+            return Wait(inflight_until, "another process's attempt may still report its outcome")
+        said = {**known, "lookup": None} if failure else {"reason": _NOTHING_TO_ASK}
+        return Record(EntryKind.AMBIGUOUS, {"recheck": said})
+    source: Literal["target", "notary"] = "target" if mode == Mode.LOOKUP else "notary"
+    answer = facts.answer
+    if answer is None:
+        return Ask(source)
+    if isinstance(answer, Found):
+        return _commit_on_answer(source, attempt, answer, failure)
+    if isinstance(answer, Negative):
+        return _fail_on_answer(attempt, answer)
+    if mode == Mode.EVIDENCE:
+        assert declared.evidence_window is not None
+        window_ends = max(last.created_at + declared.evidence_window, inflight_until)
+        if facts.now < window_ends:
+            return Wait(window_ends, "webhook evidence may still arrive within its window")
+        return Record(EntryKind.AMBIGUOUS, {"recheck": {**known, "evidence": _SILENCE}})
+    if isinstance(answer, Intent | Unknown):
+        until = answer.until if isinstance(answer, Unknown) else None
+        if live or (until is not None and facts.now < until):
+            return Wait(max(inflight_until, until or inflight_until), _reason(answer))
+        detail = {"lookup": "unknown", "detail": _reason(answer)}
+        return Record(EntryKind.AMBIGUOUS, {"recheck": {**known, **detail}})
+    # Not found by the target's lookup, or no write-ahead attestation from the service: both
+    # conclusive once the last request can no longer be in flight.
+    if live:
+        return Wait(inflight_until, "not found yet, and the last request may still be in flight")
+    looked = "not_found" if source == "target" else "not_attested"
+    if failure is not None:
+        return _refuse_at_recovery(failure, looked)
+    if facts.recheck is None:
+        return CheckAgain()
+    if facts.recheck.failure is None:
+        return Dispatch(attempt + 1, facts.recheck.premises, {"lookup": looked})
+    return _refuse_at_recovery(facts.recheck.failure, looked)
+
+
+def asking_mode(declared: TargetDeclaration) -> Mode:
+    """How an effect recovers when it may not be resent under a key: by what can be asked."""
+    if declared.tier != Tier.NEITHER and declared.queryable:
+        return Mode.LOOKUP
+    if declared.attests_before_acting:
+        return Mode.ATTESTED
+    if declared.evidence_window is not None:
+        return Mode.EVIDENCE
+    return Mode.NOTHING_TO_ASK
+
+
+def _reason(answer: Intent | Unknown) -> str:
+    return answer.reason if isinstance(answer, Unknown) else _INTENT_ONLY
+
+
+_NOTHING_TO_ASK = "tier 3: nothing to ask, never resend"
+_SILENCE = "none within the evidence window; silence proves nothing"
+_INTENT_ONLY = "the service attested it was about to act and reported no outcome"
+
+
+def _first_dispatch(facts: Facts) -> Step:
+    """Nothing was sent before, so a failed check is a plain refusal."""
+    if facts.recheck is None:
+        return CheckAgain()
+    failure = facts.recheck.failure
+    if failure is None:
+        return Dispatch(1, facts.recheck.premises)
+    return refusal(failure, at_recovery=facts.recovering)
+
+
+def _commit_on_answer(
+    source: Literal["target", "notary"],
+    attempt: int,
+    answer: Found,
+    failure: Mapping[str, Any] | None,
+) -> Record:
+    if source == "target":
+        state, recheck = State.COMMITTED_ON_QUERY, {**(failure or {}), "lookup": "found"}
+    else:
+        state = State.COMMITTED_ON_EVIDENCE
+        recheck = {**(failure or {}), "evidence": "found", "evidence_seq": answer.evidence_seq}
+    return Record(EntryKind.COMMITTED, commit_body(state, attempt, answer.result_ref, recheck))
+
+
+def _fail_on_answer(attempt: int, answer: Negative) -> Record:
+    body = {"attempt": attempt, "code": answer.code, "evidence_seq": answer.evidence_seq}
+    return Record(EntryKind.FAILED, body)
+
+
+def evidence_answer(history: Sequence[Entry]) -> Answer:
+    """What the evidence among an effect's entries says, as facts: the first 'performed', else
+    the first 'not performed', else a write-ahead attestation, else nothing seen. Whether
+    nothing seen counts is decide()'s to say, by the target's declaration."""
+    observed = [e for e in history if e.kind == EntryKind.OBSERVED]
+    for entry in observed:
+        body = entry.body_value()
+        if body.get("outcome") == "performed":
+            return Found(str(body.get("result_ref") or ""), entry.seq)
+    for entry in observed:
+        body = entry.body_value()
+        if body.get("outcome") == "not_performed":
+            return Negative(f"evidence:{body.get('type', '')}", entry.seq)
+    if any(e.body_value().get("outcome") == "intent" for e in observed):
+        return Intent()
+    return NotFound()
+
+
+def intent_refusal(
+    history: Sequence[Entry], declared: TargetDeclaration, now: datetime
+) -> str | None:
+    """Why a write-ahead attestation may not be acknowledged now (None: it may, and the service
+    may act). Recovery counts "no attestation by max_inflight after the last dispatch" as never
+    acted, so none is acknowledged after that, nor twice for one effect (two requests in flight,
+    one acts), nor once the effect has a verdict."""
+    dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
+    if not dispatches:
+        return "never dispatched: nothing may act on it"
+    stands = standing(history)
+    if stands.state is not None:
+        return f"it is {stands.state}: nothing may act on it now"
+    if isinstance(evidence_answer(history), Found | Negative | Intent):
+        return "a request for it was attested already: acting again could act twice"
+    if now >= dispatches[-1].created_at + declared.max_inflight:
+        return (
+            "its last dispatch is older than the target's max in-flight time: recovery may "
+            "already count it as never sent"
+        )
+    return None
+
+
+def settle_on_evidence(history: Sequence[Entry]) -> Record | None:
+    """The verdict the evidence just recorded (the last entry) settles, if any: evidence
+    settles an effect dispatched and not finally settled (AMBIGUOUS included); it never moves
+    a final verdict (what it contradicts is shown by standing()), and never settles an effect
+    that was never dispatched."""
+    attempt = last_attempt(history)
+    if not attempt or standing(history[:-1]).final:
+        return None
+    answer = evidence_answer(history)
+    if isinstance(answer, Found):
+        recheck = {"evidence": "found", "evidence_seq": answer.evidence_seq}
+        return Record(
+            EntryKind.COMMITTED,
+            commit_body(State.COMMITTED_ON_EVIDENCE, attempt, answer.result_ref, recheck),
+        )
+    if isinstance(answer, Negative):
+        return _fail_on_answer(attempt, answer)
+    return None
+
+
+def commit_body(
+    state: State, attempt: int, result_ref: str, recheck: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return {"state": str(state), "attempt": attempt, "result_ref": result_ref, "recheck": recheck}
+
+
+def refusal(failure: Mapping[str, Any], *, at_recovery: bool) -> Record:
+    """REFUSED for what stopped the dispatch (`failure["reason"]`), with what was seen."""
+    reason = str(failure["reason"]) + (AT_RECOVERY if at_recovery else "")
+    details = {k: v for k, v in failure.items() if k != "reason"}
+    body = {**details, "reason": reason, "recheck": dict(failure) if at_recovery else None}
+    return Record(EntryKind.REFUSED, body)
+
+
+def _refuse_at_recovery(failure: Mapping[str, Any], looked: str) -> Record:
+    """Known not sent (the target or the attesting service says so) and a re-check failed."""
+    return refusal({**failure, "lookup": looked}, at_recovery=True)
+
+
+def sent_body(attempt: int, result_ref: str, recheck: Mapping[str, Any] | None) -> dict[str, Any]:
+    """COMMITTED for the target's own answer to attempt `attempt`."""
+    state = State.COMMITTED_BY_RETRY if attempt > 1 else State.COMMITTED
+    return commit_body(state, attempt, result_ref, recheck)
