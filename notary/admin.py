@@ -76,12 +76,13 @@ class EffectAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """The effect's page: what it was, what the ledger says, and for an AMBIGUOUS one
-        that the viewer may decide, the decision."""
+        """The effect's page: what it was, what the ledger says, and for an AMBIGUOUS or
+        contradicted one that the viewer may decide, the decision."""
         effect = self.get_object(request, object_id)
         if effect is None or not self.has_view_permission(request, effect):
             raise Http404("no such effect")
-        may_resolve = effect.state == "AMBIGUOUS" and request.user.has_perm("notary.resolve_effect")
+        open_ = effect.state == "AMBIGUOUS" or effect.contradicted
+        may_resolve = open_ and request.user.has_perm("notary.resolve_effect")
         form = ResolveForm(request.POST or None) if may_resolve else None
         if request.method == "POST":
             if form is None:

@@ -147,3 +147,37 @@ def test_a_new_api_key_is_shown_once(acme: Tenant, admin_client: Client) -> None
     change_page = f"/admin/notary/apikey/{api_key.pk}/change/"
     assert token in admin_client.get(change_page).content.decode()  # the one showing
     assert token not in admin_client.get(change_page).content.decode()  # and never again
+
+
+def test_a_decision_contradicted_by_evidence_returns_to_the_queue_with_a_banner(
+    ambiguous: Effect,
+) -> None:
+    services.effect_resolve(
+        tenant=ambiguous.tenant,
+        effect_id=ambiguous.effect_id,
+        happened=False,
+        reason="not in the outbox",
+        by="fiona",
+    )
+    services.attestation_record(
+        tenant=ambiguous.tenant,
+        by="mailer",
+        effect_id=ambiguous.effect_id,
+        stage="performed",
+        reference="msg_1",
+        detail="",
+    )
+    reviewer = staff("fiona", FINANCE_REVIEWERS)
+    listed = reviewer.get("/admin/notary/ambiguouseffect/").content.decode()
+    assert f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/" in listed
+    page = reviewer.get(f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/").content.decode()
+    assert 'id="contradicted"' in page
+    assert "evidence says it was performed, but the verdict is RESOLVED_NOT_HAPPENED" in page
+    assert "Record the decision" in page
+    decided = reviewer.post(
+        f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/",
+        {"happened": "yes", "reason": "The mailer's statement shows it went."},
+    )
+    assert decided.status_code == 302
+    effect = Effect.objects.get(pk=ambiguous.pk)
+    assert (effect.state, effect.contradicted) == ("RESOLVED_HAPPENED", False)
