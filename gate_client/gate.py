@@ -164,10 +164,10 @@ class Gate:
             elif isinstance(step, Record):
                 return self._record(effect_id, step)
             elif isinstance(step, Wait):
-                if not self._wait_for_verdict(effect_id, step):
+                waited = self._wait_for_verdict(effect_id, step)
+                if waited is None:
                     return self._receipt(effect_id)  # still in flight; settled later
-                answer, recheck = None, None
-                history = self.journal.history(effect_id)
+                answer, recheck, history = None, None, waited
             else:
                 dispatch = DispatchRequest.of_proposal(
                     effect_id, proposed, step.attempt, step.premises, recovering
@@ -193,16 +193,18 @@ class Gate:
             return self.journal.evidence(effect_id)
         return target.lookup(effect_id, proposed["payload"])
 
-    def _wait_for_verdict(self, effect_id: str, step: Wait) -> bool:
-        """Sleep until `step.until`, watching for a verdict another process records; False if
-        the wait is longer than the gate's patience."""
+    def _wait_for_verdict(self, effect_id: str, step: Wait) -> list[Entry] | None:
+        """Sleep until `step.until`, watching for a verdict another process records; the
+        effect's entries as last read, or None if the wait is longer than the gate's patience."""
         if step.until - self.clock() > self.patience:
-            return False
+            return None
+        history = self.journal.history(effect_id)
         while (remaining := (step.until - self.clock()).total_seconds()) > 0:
             self.sleep(min(remaining, 1.0))
-            if standing(self.journal.history(effect_id)).state is not None:
+            history = self.journal.history(effect_id)
+            if standing(history).state is not None:
                 break
-        return True
+        return history
 
     def _recheck(self, proposed: Mapping[str, Any], premises: Sequence[Premise] | None) -> Recheck:
         """The premises as observed now, and the failure they would refuse a dispatch with.

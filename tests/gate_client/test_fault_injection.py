@@ -23,7 +23,7 @@ from gate_client.gate import Gate
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
-from gate_client.protocol import AGENT_VERDICT_KINDS as VERDICT_KINDS
+from gate_client.protocol import AGENT_VERDICT_KINDS
 from gate_client.receipts import Receipt, verify_receipt
 from gate_client.targets import Tier
 from ledger.core.entries import Entry, EntryKind
@@ -242,7 +242,7 @@ def test_one_fault_then_a_restart_never_acts_twice_nor_unrecorded(
         effect_id = world.proposal().effect_id
         history = [e for e in world.durable() if e.effect_id == effect_id]
         recorded = {e.kind for e in history}
-        assert not recorded or recorded & VERDICT_KINDS, f"recovery left it open: {recorded}"
+        assert not recorded or recorded & AGENT_VERDICT_KINDS, f"recovery left it open: {recorded}"
         sent_before = len(world.target.sends)
         final = gate.submit(world.proposal())
         if recorded:
@@ -289,7 +289,7 @@ def check_every_send_was_recorded_first(world: World) -> None:
         on_disk = [e.kind for e in send.durable]
         assert dispatches, f"send {number} without a durable DISPATCHED: {on_disk}"
         last = dispatches[-1]
-        ended = [e.kind for e in send.durable if e.seq > last.seq and e.kind in VERDICT_KINDS]
+        ended = [e.kind for e in send.durable if e.seq > last.seq and e.kind in AGENT_VERDICT_KINDS]
         assert not ended, f"send {number} went out after its dispatch ended: {ended}"
         body = last.body_value()
         assert all(p["holds"] for p in body["premises"]), f"send {number}: premises failed"
