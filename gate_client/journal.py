@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
-from gate_client.protocol import Answer, admit, last_attempt, standing
+from gate_client.protocol import Answer, TargetDeclaration, admit, last_attempt, standing
 from gate_client.targets import Unknown
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import (
@@ -157,6 +157,11 @@ class Journal(Protocol):
 
     def lease_state(self, lease_id: str) -> LeaseState | None: ...
 
+    def target_declaration(self, name: str) -> TargetDeclaration | None:
+        """What the journal's keeper holds as the target's declaration (the notary's target
+        record), which the gate's adapter must match; None from a journal that keeps none."""
+        ...
+
     def evidence(self, effect_id: str) -> Answer:
         """What the evidence held with the journal says of the effect, as facts: Found (it was
         done), Negative (it was not), Intent (a write-ahead attestation and nothing after),
@@ -232,6 +237,10 @@ class LocalJournal:
     def lease_state(self, lease_id: str) -> LeaseState | None:
         with self._locked():
             return lease_states(self._entries).get(lease_id)
+
+    def target_declaration(self, name: str) -> None:
+        """A local journal keeps no declarations: the adapter's own stands."""
+        return None
 
     def evidence(self, effect_id: str) -> Unknown:
         return Unknown("a local journal holds no evidence: no webhooks reach it")

@@ -14,15 +14,15 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
 from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
 from gate_client.leases import Lease, LeaseState
-from gate_client.protocol import Answer, Intent, Negative
-from gate_client.targets import Found, NotFound
+from gate_client.protocol import Answer, Intent, Negative, TargetDeclaration
+from gate_client.targets import Found, NotFound, Tier
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
@@ -156,6 +156,27 @@ class NotaryJournal:
     def unsettled(self) -> list[str]:
         return [e["effect_id"] for e in self._call("GET", "/v1/effects/unsettled")]
 
+    def target_declaration(self, name: str) -> TargetDeclaration:
+        """The notary's record of the target: the declaration recovery goes by."""
+        try:
+            shown = self._call("GET", f"/v1/targets/{name}")
+        except NotaryError as missing:
+            if missing.status == 404:
+                raise NotaryError(
+                    f"target {name!r} is not registered at the notary: register it first",
+                    status=404,
+                ) from missing
+            raise
+        return TargetDeclaration(
+            tier=Tier(shown["tier"]),
+            queryable=shown["queryable"],
+            max_inflight=timedelta(seconds=shown["max_inflight_seconds"]),
+            key_window=_duration(shown["key_window_seconds"]),
+            evidence_window=_duration(shown["evidence_window_seconds"]),
+            attests_before_acting=shown["attests_before_acting"],
+            lookup_needs_key=shown["lookup_needs_key"],
+        )
+
     def lease_state(self, lease_id: str) -> LeaseState | None:
         try:
             shown = self._call("GET", f"/v1/leases/{lease_id}")
@@ -244,6 +265,10 @@ def _entry(shown: Mapping[str, Any]) -> Entry:
 
 def _entries(shown: list[Mapping[str, Any]]) -> list[Entry]:
     return [_entry(e) for e in shown]
+
+
+def _duration(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def _timestamp(text: str) -> datetime:

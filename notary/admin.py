@@ -185,16 +185,27 @@ class TenantAdmin(ReadOnlyAdmin):
 
 @admin.register(Target)
 class TargetAdmin(ReadOnlyAdmin):
-    list_display = ["name", "tenant", "tier", "queryable", "max_inflight", "evidence_window"]
-    list_filter = ["tenant", "tier"]
+    list_display = [
+        "name",
+        "tenant",
+        "tier",
+        "queryable",
+        "max_inflight",
+        "key_window",
+        "evidence_window",
+        "attests_before_acting",
+    ]
+    list_filter = ["tenant", "tier", "attests_before_acting"]
     fields = [
         "name",
         "tenant",
         "tier",
         "queryable",
         "max_inflight",
-        "evidence_window",
         "key_window",
+        "evidence_window",
+        "attests_before_acting",
+        "lookup_needs_key",
         "lookup_url",
         "created_at",
     ]

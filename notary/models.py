@@ -72,6 +72,9 @@ class Target(models.Model):
     # Its service attests every request here before acting and refuses to act unacknowledged:
     # no attestation by max_inflight after a dispatch means it never acted.
     attests_before_acting = models.BooleanField(default=False)
+    # Its lookup asks about the idempotency key (Resend's probe), so it says nothing once the
+    # target has forgotten the key: past the key window it is not tier 2.
+    lookup_needs_key = models.BooleanField(default=False)
     lookup_url = models.URLField(blank=True)  # the notary's own lookup, for tier 2
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -46,6 +46,18 @@ def lease_get(*, tenant: Tenant, lease_id: str) -> Lease:
     return lease
 
 
+def target_get(*, tenant: Tenant, name: str) -> Target:
+    """The tenant's target; another tenant's target does not exist for this caller."""
+    target = Target.objects.filter(tenant=tenant, name=name).first()
+    if target is None:
+        raise NotaryNotFound(f"no target {name!r}: register it first")
+    return target
+
+
+def targets_of(*, tenant: Tenant) -> list[Target]:
+    return list(Target.objects.filter(tenant=tenant).order_by("name"))
+
+
 def effect_get(*, tenant: Tenant, effect_id: str) -> Effect:
     effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).first()
     if effect is None:

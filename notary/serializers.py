@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import math
+from datetime import timedelta
 from typing import Any
 
 from rest_framework import serializers
@@ -10,7 +12,7 @@ from rest_framework import serializers
 from gate_client.protocol import AGENT_VERDICT_KINDS
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
 from ledger.core.entries import Entry as LedgerEntry
-from notary.models import Effect, Lease
+from notary.models import Effect, Lease, Target
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -20,6 +22,69 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
     requested_by = serializers.CharField(max_length=200)
     limits = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
     payload_hash = serializers.CharField(max_length=64, required=False, allow_null=True)
+
+
+class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
+    """A target's declaration; the windows in seconds. Claims that contradict each other are
+    refused by the service, not stored."""
+
+    name = serializers.CharField(max_length=63)
+    tier = serializers.IntegerField()
+    queryable = serializers.BooleanField()
+    max_inflight_seconds = serializers.FloatField(
+        help_text="the longest a request may still be in flight"
+    )
+    key_window_seconds = serializers.FloatField(required=False, allow_null=True, default=None)
+    evidence_window_seconds = serializers.FloatField(required=False, allow_null=True, default=None)
+    attests_before_acting = serializers.BooleanField(required=False, default=False)
+    lookup_needs_key = serializers.BooleanField(required=False, default=False)
+    lookup_url = serializers.URLField(required=False, default="", allow_blank=True)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Seconds in, durations out, as the service takes them."""
+        windows = {}
+        for name in ("max_inflight", "key_window", "evidence_window"):
+            seconds = data.pop(f"{name}_seconds")
+            if seconds is not None and not math.isfinite(seconds):
+                raise serializers.ValidationError({f"{name}_seconds": "a finite number"})
+            if seconds is not None and abs(seconds) > _MAX_WINDOW_SECONDS:
+                raise serializers.ValidationError({f"{name}_seconds": "at most 10 years"})
+            windows[name] = timedelta(seconds=seconds) if seconds is not None else None
+        return {**data, **windows}
+
+
+_MAX_WINDOW_SECONDS = 10 * 365 * 24 * 3600
+
+
+class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
+    max_inflight_seconds = serializers.SerializerMethodField()
+    key_window_seconds = serializers.SerializerMethodField()
+    evidence_window_seconds = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Target
+        fields = [
+            "name",
+            "tier",
+            "queryable",
+            "max_inflight_seconds",
+            "key_window_seconds",
+            "evidence_window_seconds",
+            "attests_before_acting",
+            "lookup_needs_key",
+            "lookup_url",
+            "created_at",
+        ]
+
+    def get_max_inflight_seconds(self, target: Target) -> float:
+        return target.max_inflight.total_seconds()
+
+    def get_key_window_seconds(self, target: Target) -> float | None:
+        return target.key_window.total_seconds() if target.key_window is not None else None
+
+    def get_evidence_window_seconds(self, target: Target) -> float | None:
+        window = target.evidence_window
+        return window.total_seconds() if window is not None else None
 
 
 class LeaseRevokeInput(serializers.Serializer):  # type: ignore[type-arg]

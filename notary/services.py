@@ -130,6 +130,7 @@ def target_register(
     key_window: timedelta | None = None,
     evidence_window: timedelta | None = None,
     attests_before_acting: bool = False,
+    lookup_needs_key: bool = False,
     lookup_url: str = "",
 ) -> Target:
     """Declare a target. What it allows is a claim the gate's guarantees rest on, so claims
@@ -144,6 +145,8 @@ def target_register(
         )
     if key_window is not None and tier != Tier.DEDUPES:
         raise NotaryInputError("only a tier-1 target dedupes on a key, so only it has a key window")
+    if lookup_needs_key and not (queryable and key_window is not None):
+        raise NotaryInputError("lookup_needs_key is for a queryable target with a key window")
     for label, window in (
         ("max_inflight", max_inflight),
         ("key_window", key_window),
@@ -162,6 +165,7 @@ def target_register(
         max_inflight=max_inflight,
         evidence_window=evidence_window,
         attests_before_acting=attests_before_acting,
+        lookup_needs_key=lookup_needs_key,
         lookup_url=lookup_url,
     )
 
@@ -643,6 +647,7 @@ def target_declaration(target: Target) -> TargetDeclaration:
         key_window=target.key_window,
         evidence_window=target.evidence_window,
         attests_before_acting=target.attests_before_acting,
+        lookup_needs_key=target.lookup_needs_key,
     )
 
 

@@ -18,6 +18,8 @@ from notary.views import (
     LeaseDetailView,
     LeaseGrantView,
     LeaseRevokeView,
+    TargetDetailView,
+    TargetListView,
     WhoAmIView,
 )
 
@@ -60,6 +62,8 @@ urlpatterns = [
     path("v1/leases", LeaseGrantView.as_view(), name="lease-grant"),
     path("v1/leases/<id:lease_id>", LeaseDetailView.as_view(), name="lease-detail"),
     path("v1/leases/<id:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
+    path("v1/targets", TargetListView.as_view(), name="targets"),
+    path("v1/targets/<id:name>", TargetDetailView.as_view(), name="target-detail"),
     path("v1/", include("notary.ledger_urls")),
     path("v1/attestations", AttestationView.as_view(), name="attestations"),
     path("v1/exports/receipts", ExportReceiptsView.as_view(), name="export-receipts"),

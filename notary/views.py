@@ -7,6 +7,7 @@ import itertools
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,6 +35,8 @@ from notary.serializers import (
     ReceiptOutput,
     ReceiptQueryInput,
     RecordedEntryOutput,
+    TargetInput,
+    TargetOutput,
     WhoAmIOutput,
 )
 
@@ -99,6 +102,37 @@ class LeaseRevokeView(APIView):
             reason=given.validated_data["reason"],
         )
         return Response(LeaseOutput(lease).data)
+
+
+class TargetListView(APIView):
+    """The tenant's targets and what each declares: the one declaration the gate and the
+    notary's recovery both go by. Approvers register; agents and auditors read."""
+
+    def get_permissions(self) -> list[BasePermission]:
+        if self.request.method == "POST":
+            return [role_required(Role.APPROVER)()]
+        return [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)()]
+
+    @extend_schema(responses=TargetOutput(many=True))
+    def get(self, request: Request) -> Response:
+        targets = selectors.targets_of(tenant=_principal(request).tenant)
+        return Response(TargetOutput(targets, many=True).data)
+
+    @extend_schema(request=TargetInput, responses={201: TargetOutput})
+    def post(self, request: Request) -> Response:
+        given = TargetInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        target = services.target_register(tenant=_principal(request).tenant, **given.validated_data)
+        return Response(TargetOutput(target).data, status=201)
+
+
+class TargetDetailView(APIView):
+    permission_classes = [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)]
+
+    @extend_schema(responses=TargetOutput)
+    def get(self, request: Request, name: str) -> Response:
+        target = selectors.target_get(tenant=_principal(request).tenant, name=name)
+        return Response(TargetOutput(target).data)
 
 
 class EffectProposeView(APIView):

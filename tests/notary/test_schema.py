@@ -47,7 +47,7 @@ class Fixture:
 
     @property
     def ids(self) -> dict[str, str]:
-        return {"effect_id": self.effect_id, "lease_id": self.lease_id}
+        return {"effect_id": self.effect_id, "lease_id": self.lease_id, "name": "refunds"}
 
     def headers_for(self, operation: Any) -> dict[str, str]:
         """A key of the first role the operation admits (a bare request of another role is

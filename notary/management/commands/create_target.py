@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from notary import services
+from notary.models import Tenant
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+class Command(BaseCommand):
+    help = (
+        "Declare a tenant's target: what it allows decides what recovery may do (DESIGN §3). "
+        "The gate refuses to start if its adapter declares anything else."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", required=True, help="the tenant's slug")
+        parser.add_argument("--name", required=True, help="as the gate's adapter names it")
+        parser.add_argument("--tier", type=int, required=True, choices=[1, 2, 3])
+        parser.add_argument("--queryable", action="store_true", help="it can be looked up")
+        parser.add_argument(
+            "--max-inflight", type=float, required=True, help="seconds a request may be in flight"
+        )
+        parser.add_argument("--key-window", type=float, help="seconds it dedupes on a key (tier 1)")
+        parser.add_argument(
+            "--evidence-window", type=float, help="seconds its webhooks may take to arrive"
+        )
+        parser.add_argument(
+            "--attests-before-acting",
+            action="store_true",
+            help="its service attests each request here before acting (write-ahead)",
+        )
+        parser.add_argument(
+            "--lookup-needs-key", action="store_true", help="its lookup asks about the key"
+        )
+        parser.add_argument("--lookup-url", default="", help="the notary's own lookup, tier 2")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
+        if tenant is None:
+            raise CommandError(f"no tenant {options['tenant']!r}")
+        try:
+            target = services.target_register(
+                tenant=tenant,
+                name=options["name"],
+                tier=options["tier"],
+                queryable=options["queryable"],
+                max_inflight=timedelta(seconds=options["max_inflight"]),
+                key_window=_seconds(options["key_window"]),
+                evidence_window=_seconds(options["evidence_window"]),
+                attests_before_acting=options["attests_before_acting"],
+                lookup_needs_key=options["lookup_needs_key"],
+                lookup_url=options["lookup_url"],
+            )
+        except (services.NotaryInputError, OverflowError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"{tenant.slug}/{target.name} tier {target.tier}")
