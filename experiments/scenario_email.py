@@ -78,7 +78,7 @@ QUICK_CELLS: dict[str, tuple[str, ...]] = {
 # row rests on. Not a system of the seed's table: a table of its own, in the full run only.
 WITHHELD = "interlock_notary_webhooks_withheld"
 
-EVIDENCE_WINDOW = timedelta(seconds=3)  # declared at the notary for the email target
+EVIDENCE_WINDOW = email_agent.EVIDENCE_WINDOW  # declared at the notary and by the worker
 REFUND_FAILS_AFTER = (2.0, 4.0)  # seconds after its creation, in the refused faults
 WEBHOOK_DELAY_SECONDS = 0.3  # the local Resend's delay before email.sent, then email.delivered
 MAX_ATTEMPTS = 5  # per cell, counting the discarded ones

@@ -46,6 +46,11 @@ from ledger.core.entries import Entry, EntryKind
 PremisesFor = Callable[[Mapping[str, Any]], Sequence[Premise]]
 
 
+class TargetMismatch(ValueError):
+    """An adapter declares its target otherwise than the journal's record of it (the notary's
+    target record): recovery would go by a declaration the target does not have."""
+
+
 class Gate:
     def __init__(
         self,
@@ -61,16 +66,38 @@ class Gate:
         when the process that proposed it is gone. `patience` is the longest the gate waits
         for a verdict the protocol says may still come (another process's attempt, a request
         still in flight); past it the effect is returned still in flight, for a later
-        recover() or the notary's sweep."""
+        recover() or the notary's sweep.
+
+        A journal that keeps the targets' declarations (the notary) is asked for each once, at
+        its first use, and a target declared otherwise there is refused with TargetMismatch
+        before anything of it is written. Constructing a gate does no I/O, so an agent started
+        during an outage fails closed on its first effect, where it handles journal errors."""
         self.journal = journal
         self.targets = targets
         self.premises_for = premises_for
         self.clock = clock
         self.sleep = sleep
         self.patience = patience
+        self._declared: dict[str, TargetDeclaration] = {}
+
+    def declared(self, name: str) -> TargetDeclaration:
+        """The target's declaration, once the journal's record of it (if it keeps one) agrees
+        with the adapter's."""
+        declaration = self._declared.get(name)
+        if declaration is None:
+            declaration = TargetDeclaration.of(self._target(name))
+            held = self.journal.target_declaration(name)
+            if held is not None and (differences := declaration.differences(held)):
+                raise TargetMismatch(
+                    f"target {name!r} is declared otherwise at the journal (adapter != record): "
+                    + "; ".join(differences)
+                )
+            self._declared[name] = declaration
+        return declaration
 
     def submit(self, proposal: Proposal) -> Receipt:
         target = self._target(proposal.target)
+        self.declared(proposal.target)
         effect_id = proposal.effect_id
         premises = [p.evaluate() for p in proposal.premises]
         body = proposal.proposed_body(premises)
@@ -147,7 +174,7 @@ class Gate:
             target = self._target(proposed["target"])
             facts = Facts(
                 history=history,
-                declared=TargetDeclaration.of(target),
+                declared=self.declared(proposed["target"]),
                 now=self.clock(),
                 answer=answer,
                 recheck=recheck,

@@ -54,14 +54,15 @@ class ResendEmail:
     max_inflight: timedelta = _SDK_TIMEOUT
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
-    lookup_needs_key: bool = True  # the probe asks about the key, which Resend forgets
     probe_from: str | None = None
     api_key: str | None = None
     api_url: str | None = None
     queryable: bool = field(init=False)
+    # The probe asks about the key, which Resend forgets after its window.
+    lookup_needs_key: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.queryable = self.probe_from is not None
+        self.queryable = self.lookup_needs_key = self.probe_from is not None
         if self.api_key is not None:
             resend.api_key = self.api_key
         if self.api_url is not None:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gate_client.gate import Gate
+from gate_client.gate import Gate, TargetMismatch
 from gate_client.journal import DispatchRequest, JournalError
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
@@ -28,6 +28,7 @@ from tests.notary_server import free_port, running_notary
 
 pytestmark = pytest.mark.slow
 EVIDENCE_WINDOW = timedelta(milliseconds=500)
+MAIL_INFLIGHT = timedelta(milliseconds=100)
 
 
 class NoOpTarget:
@@ -70,7 +71,12 @@ def notary_url(transactional_db: None, tmp_path: Path) -> Iterator[str]:
 def setup_tenant() -> tuple[Tenant, str, Lease]:
     tenant = services.tenant_create(slug="shop", name="Shop")
     services.target_register(
-        tenant=tenant, name="noop", tier=1, queryable=True, max_inflight=timedelta(seconds=1)
+        tenant=tenant,
+        name="noop",
+        tier=1,
+        queryable=True,
+        max_inflight=timedelta(seconds=1),
+        key_window=timedelta(hours=24),
     )
     _, token = services.api_key_issue(tenant=tenant, role="agent", holder="bot")
     return tenant, token, leased(tenant, "case_1", "refund")
@@ -101,7 +107,9 @@ def test_the_common_path_takes_two_requests(
         receipt = Gate(journal, {"noop": target}).submit(proposal(tenant, lease))
     assert receipt.final_state == "COMMITTED"
     assert receipt.authorized_when_fired is True
-    assert len(transport.requests) == requests, transport.requests
+    declared, *per_effect = transport.requests
+    assert declared == "GET /v1/targets/noop"  # once per gate and target, not per effect
+    assert len(per_effect) == requests, transport.requests
     assert target.sent == [receipt.effect_id]
     verify_receipt(receipt, iter_entries(log=tenant.log), origin=tenant.log.origin)
 
@@ -110,11 +118,30 @@ def test_with_the_notary_unreachable_nothing_is_sent(transactional_db: None) -> 
     tenant, token, lease = setup_tenant()
     target = NoOpTarget()
     nowhere = f"http://127.0.0.1:{free_port()}"
-    with NotaryJournal(nowhere, token, retries=1, backoff=0.01) as journal:
-        gate = Gate(journal, {"noop": target})
-        with pytest.raises(JournalError, match="notary unreachable"):
-            gate.submit(proposal(tenant, lease))
+    with (
+        NotaryJournal(nowhere, token, retries=1, backoff=0.01) as journal,
+        pytest.raises(JournalError, match="notary unreachable"),
+    ):
+        Gate(journal, {"noop": target}).submit(proposal(tenant, lease))
     assert target.sent == []
+
+
+def test_a_gate_whose_adapter_declares_otherwise_refuses_to_start(notary_url: str) -> None:
+    """A target is declared once: the notary's record. An adapter that says otherwise (here a
+    longer max in-flight) stops the gate before anything is written, naming the difference;
+    so does a target the notary has no record of."""
+    tenant, token, lease = setup_tenant()
+    target = NoOpTarget()
+    target.max_inflight = timedelta(seconds=5)
+    with NotaryJournal(notary_url, token) as journal:
+        with pytest.raises(TargetMismatch) as refused:
+            Gate(journal, {"noop": target}).submit(proposal(tenant, lease))
+        with pytest.raises(JournalError, match="not registered"):
+            Gate(journal, {"elsewhere": NoOpTarget()}).declared("elsewhere")
+    assert "max_inflight: datetime.timedelta(seconds=5) != datetime.timedelta(seconds=1)" in str(
+        refused.value
+    )
+    assert not any(e.effect_id for e in iter_entries(log=tenant.log))
 
 
 class Mailer(NoOpTarget):
@@ -124,6 +151,7 @@ class Mailer(NoOpTarget):
     tier = Tier.NEITHER
     queryable = False
     key_window = None
+    max_inflight = MAIL_INFLIGHT
     evidence_window = EVIDENCE_WINDOW
 
     def __init__(self, *, lose_answer: bool = False) -> None:
@@ -144,7 +172,7 @@ def mail_tenant() -> tuple[Tenant, str, str, Lease]:
         name="mail",
         tier=3,
         queryable=False,
-        max_inflight=timedelta(milliseconds=100),
+        max_inflight=MAIL_INFLIGHT,
         evidence_window=EVIDENCE_WINDOW,
     )
     _, service_token = services.api_key_issue(tenant=tenant, role="service", holder="mailer")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,6 @@ from webhooks import services as webhook_services
 
 pytestmark = pytest.mark.slow
 AGENT = "tests.gate_client.adapters.email_agent"
-EVIDENCE_WINDOW = timedelta(seconds=3)
 
 
 def receipt_of(url: str, token: str, effect_id: str) -> dict[str, Any]:
@@ -54,7 +52,7 @@ def test_a_killed_sender_is_settled_by_resends_webhooks_alone(
         tenant,
         email_agent.TARGET,
         max_inflight=email_agent.TIMEOUT,
-        evidence_window=EVIDENCE_WINDOW,
+        evidence_window=email_agent.EVIDENCE_WINDOW,
     )
     _, token = notary_services.api_key_issue(tenant=tenant, role="agent", holder="bot")
     case_id = "case-email-9"

@@ -147,6 +147,9 @@ class FaultyJournal:
         action = partial(self.inner.revoke_lease, lease_id, by=by, reason=reason)
         return self.calls.call("journal.revoke_lease", action, _disk_full)
 
+    def target_declaration(self, name: str) -> None:
+        return self.inner.target_declaration(name)  # a local journal keeps none
+
     def lease_state(self, lease_id: str) -> LeaseState | None:
         action = partial(self.inner.lease_state, lease_id)
         return self.calls.call("journal.lease_state", action, _disk_full)

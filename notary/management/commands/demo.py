@@ -132,7 +132,12 @@ class Command(BaseCommand):
         slug = f"shop-{secrets.token_hex(3)}"
         tenant = services.tenant_create(slug=slug, name="A shop")
         services.target_register(
-            tenant=tenant, name=TARGET, tier=1, queryable=True, max_inflight=MAX_INFLIGHT
+            tenant=tenant,
+            name=TARGET,
+            tier=1,
+            queryable=True,
+            max_inflight=MAX_INFLIGHT,
+            key_window=EFFECTS["refund"][2],
         )
         _, agent_token = services.api_key_issue(tenant=tenant, role="agent", holder="refund-bot")
         _, approver_token = services.api_key_issue(
@@ -220,7 +225,7 @@ class Command(BaseCommand):
             tier=3,
             queryable=False,
             max_inflight=MAX_INFLIGHT,
-            evidence_window=timedelta(hours=24),
+            evidence_window=EFFECTS["email"][3],
         )
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
         endpoint = webhook_services.endpoint_create(

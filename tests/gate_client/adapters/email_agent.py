@@ -36,6 +36,8 @@ TARGET = "email"
 ACTION = "refund_email"
 LEASE_ID = "lease_email"
 TIMEOUT = timedelta(seconds=2)
+# How long the notary row waits for Resend's webhooks; the notary's target record says the same.
+EVIDENCE_WINDOW = timedelta(seconds=3)
 PROBE_FROM = "Probe <probe@unverified.invalid>"
 SYSTEMS = ("interlock", "interlock_noprobe", "interlock_tier3", "interlock_notary")
 
@@ -63,7 +65,7 @@ def target_for(system: str, key_window: timedelta) -> ResendEmail:
     if system == "interlock_noprobe":
         return ResendEmail(name=TARGET, key_window=key_window, max_inflight=TIMEOUT)
     # Told Resend offers neither dedup nor lookup; the notary's evidence may still answer.
-    evidence = TIMEOUT if system == "interlock_notary" else None
+    evidence = EVIDENCE_WINDOW if system == "interlock_notary" else None
     return ResendEmail(
         name=TARGET,
         tier=Tier.NEITHER,
