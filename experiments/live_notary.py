@@ -38,6 +38,7 @@ class TargetSpec:
     max_inflight: timedelta
     evidence_window: timedelta | None = None
     key_window: timedelta | None = None
+    attests_before_acting: bool = False
 
 
 @dataclass
@@ -71,6 +72,13 @@ class NotaryTenant:
         from notary import services
 
         services.lease_revoke(tenant=self.tenant, lease_id=lease_id, by="finance", reason=reason)
+
+    def service_token(self, holder: str) -> str:
+        """A new service key: what a cooperating service attests with."""
+        from notary import services
+
+        _, token = services.api_key_issue(tenant=self.tenant, role="service", holder=holder)
+        return token
 
     def webhook_endpoint(self, target: str, provider: str, secret: str) -> str:
         """A signed endpoint for `target`'s provider; its URL."""
@@ -112,6 +120,7 @@ class LiveNotary:
                 max_inflight=spec.max_inflight,
                 key_window=spec.key_window,
                 evidence_window=spec.evidence_window,
+                attests_before_acting=spec.attests_before_acting,
             )
             for spec in targets
         }

@@ -17,6 +17,8 @@ this time (a restarted process may be told another amount: the model re-decided)
   at ``--journal`` or the notary's (``--notary``), the lease ``--lease``, and one absolute
   premise: no refund has been made for this case other than this effect's own. With
   ``--restarted`` it runs recover() first, then submits the (possibly re-decided) proposal.
+  ``--attests-before-acting`` declares a service that attests each request to the notary
+  before acting; ``--max-inflight`` is the request timeout and declared in-flight time.
 
 INTERLOCK_CRASH_AT (gate_client.faults) kills the process on the way. The systems without a
 journal have no PROPOSED or DISPATCHED: their before_proposed, after_proposed and
@@ -260,9 +262,10 @@ def build_gate(args: argparse.Namespace) -> tuple[Gate, str]:
         tier=tier,
         queryable=tier == Tier.LOOKUP,
         key_window=KEY_WINDOW if tier == Tier.DEDUPES else None,
-        max_inflight=timedelta(seconds=TIMEOUT_SECONDS),
-        timeout_seconds=TIMEOUT_SECONDS,
+        max_inflight=timedelta(seconds=args.max_inflight),
+        timeout_seconds=args.max_inflight,
         evidence_window=(timedelta(seconds=args.evidence_window) if args.evidence_window else None),
+        attests_before_acting=args.attests_before_acting,
     )
     store = args.store
 
@@ -329,6 +332,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease", default=LEASE_ID)
     parser.add_argument("--tier", type=int, choices=[t.value for t in Tier], default=1)
     parser.add_argument("--evidence-window", type=float, help="seconds; the notary holds evidence")
+    parser.add_argument(
+        "--attests-before-acting",
+        action="store_true",
+        help="the service attests each request to the notary before acting",
+    )
+    parser.add_argument(
+        "--max-inflight",
+        type=float,
+        default=TIMEOUT_SECONDS,
+        help="seconds: the request timeout, and so the declared max in-flight time",
+    )
     parser.add_argument("--restarted", action="store_true", help="recover() before submitting")
     args = parser.parse_args(argv)
     needs = {

@@ -10,13 +10,14 @@ tenant, and its own case.
 
     .venv/bin/python experiments/scenario_refund.py [--quick] [--results-dir DIR]
 
-writes experiments/results/refund.md and refund.json. The gate_tier3_notary row needs a live
-notary: a fresh PostgreSQL database named by EXPERIMENTS_DATABASE_URL (its name must contain
-"bench"; see experiments/live_notary.py)."""
+writes experiments/results/refund.md and refund.json. The notary rows (gate_tier3_notary,
+interlock_attested) need a live notary: a fresh PostgreSQL database named by
+EXPERIMENTS_DATABASE_URL (its name must contain "bench"; see experiments/live_notary.py)."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import secrets
@@ -57,6 +58,9 @@ REDECIDED_CENTS = 3_000
 LOCAL_ORIGIN = "gate.local/journal"
 EVIDENCE_WINDOW = timedelta(seconds=5)
 WEBHOOK_DELAY_SECONDS = 1.0  # how long after a refund its webhook reaches the notary
+# The attesting service's request includes its own round trip to the notary: a longer in-flight
+# time than the plain service's, so a busy machine does not turn the first request in doubt.
+ATTESTED_MAX_INFLIGHT = timedelta(seconds=2)
 PARALLEL_CELLS = 4  # a cell mostly waits on processes; two cores keep up with four
 CELL_TIMEOUT_SECONDS = 60
 
@@ -79,6 +83,7 @@ class System:
     lookup: bool = False
     tier: int | None = None  # what the gate is told
     notary: bool = False
+    attested: bool = False  # the service attests each request to the notary before acting
 
     @property
     def gated(self) -> bool:
@@ -93,6 +98,7 @@ SYSTEMS = {
     "gate_tier2": System("gate", "reference", lookup=True, tier=2),
     "gate_tier3": System("gate", "reference", tier=3),
     "gate_tier3_notary": System("gate", "reference", tier=3, notary=True),
+    "interlock_attested": System("gate", "reference", tier=3, notary=True, attested=True),
     "idempotency_keys_stripe": System("idempotency_keys", "stripe"),
     "gate_tier2_stripe": System("gate", "stripe", tier=2),
 }
@@ -121,6 +127,15 @@ SYSTEM_NOTES = {
     f"registered tier 3 with a {int(EVIDENCE_WINDOW.total_seconds())} s evidence window, the "
     "lease granted and revoked at the notary; the service's refunds reach the notary as "
     "Stripe-signed refund.created webhooks (see Notes: the relay is emulated).",
+    "interlock_attested": "write-ahead attestation: the same tier-3 reference service (no "
+    "dedupe, no lookup) started with --attest, so before each refund it attests before_acting "
+    "to the live notary with a service key and refunds only on its 201 (it answers 409 "
+    "not_acknowledged otherwise, which the gate takes as in doubt), then attests performed with "
+    "the refund's result_ref after answering. The target is registered tier 3 with "
+    f"attests_before_acting and a {ATTESTED_MAX_INFLIGHT.total_seconds():.0f} s max in-flight "
+    "(the request timeout, covering the service's round trip to the notary); the gate's journal "
+    "is the notary, no webhooks. Support's hand refund goes through the service's dashboard, "
+    "a second process on the same store that attests nothing: support is not an agent.",
     "idempotency_keys_stripe": "the idempotency-keys baseline through Stripe's official SDK "
     "(Idempotency-Key refund-<case>, SDK retries off) against localstripe, which ignores the "
     "key.",
@@ -219,7 +234,7 @@ class Runner:
         with ExitStack() as stack:
             setup = self._setup(stack, system, case_id, directory)
             relay = None
-            if system.notary:
+            if system.notary and not system.attested:
                 relay = stack.enter_context(self._relay(setup, directory))
             first = run_worker([*setup.args, "--amount", str(APPROVED_CENTS)], crash)
             crashed_at = time.time()
@@ -234,6 +249,8 @@ class Runner:
             second = run_worker([*setup.args, "--amount", str(amount), *restart], None)
             if relay is not None:
                 relay.drain(timeout=WEBHOOK_DELAY_SECONDS + 15)
+            if system.attested:
+                wait_for_attestations(setup, timeout=15)
             truth = setup.truth()
             processes = [first, second]
             for n, process in enumerate(processes):
@@ -281,6 +298,8 @@ class Runner:
                 ]
                 if relay.errors:
                     raise RuntimeError(f"webhook relay: {relay.errors}")
+            if system.attested:
+                cell.detail["attested"] = attestations(setup)
             if system.gated:
                 judge_gate(cell, setup, processes, crashed_at)
             else:
@@ -296,8 +315,22 @@ class Runner:
         if system.service == "stripe":
             return self._stripe_setup(system, case_id, directory)
         store = directory / "service.store"
+        attesting = self._notary_tenant(system, case_id) if system.attested else None
         server = stack.enter_context(
-            running_server(store, dedupe=system.dedupe, lookup=system.lookup)
+            running_server(
+                store,
+                dedupe=system.dedupe,
+                lookup=system.lookup,
+                attest=attesting.tenant.url if attesting else None,
+                attest_token=attesting.service_token if attesting else None,
+            )
+        )
+        # Support refunds by hand where it always does: at the service. An attesting service's
+        # API would refuse a request no agent dispatched, so support uses its dashboard.
+        dashboard = (
+            stack.enter_context(running_server(store, dedupe=False, lookup=False))
+            if attesting
+            else server
         )
         payment = f"pay_{secrets.token_hex(8)}"
         args = [system.worker, "--case", case_id, "--payment", payment]
@@ -314,7 +347,7 @@ class Runner:
                 },
             }
             request = urllib.request.Request(
-                f"{server.url}/effects",
+                f"{dashboard.url}/effects",
                 data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json"},
                 method="POST",
@@ -354,7 +387,8 @@ class Runner:
             )
         args += ["--tier", str(system.tier), "--store", str(store)]  # the premise reads it
         if system.notary:
-            return self._notary_setup(args, case_id, ids, refund_by_hand, truth)
+            at = attesting or self._notary_tenant(system, case_id)
+            return self._notary_setup(system, at, args, case_id, ids, refund_by_hand, truth)
         journal = directory / "journal"
         limits = {"amount_cents": APPROVED_CENTS}
         revoke = self._local_lease(journal, case_id, worker.LEASE_ID, limits)
@@ -390,32 +424,53 @@ class Runner:
 
         return revoke
 
+    def _notary_tenant(self, system: System, case_id: str) -> CellTenant:
+        """A tenant of the cell's own at the live notary: the target as `system` declares it,
+        the lease, and for an attesting service its key."""
+        from experiments.live_notary import TargetSpec
+
+        assert self.notary is not None
+        if system.attested:
+            spec = TargetSpec(
+                worker.TARGET,
+                tier=3,
+                max_inflight=ATTESTED_MAX_INFLIGHT,
+                attests_before_acting=True,
+            )
+        else:
+            spec = TargetSpec(
+                worker.TARGET,
+                tier=3,
+                max_inflight=timedelta(seconds=worker.TIMEOUT_SECONDS),
+                evidence_window=EVIDENCE_WINDOW,
+            )
+        with self._notary_lock:  # tenant slugs and API keys: one at a time
+            tenant = self.notary.tenant(f"refund-{secrets.token_hex(6)}", targets=[spec])
+            lease_id = tenant.grant_lease(
+                case_id, "refund", limits={"amount_cents": APPROVED_CENTS}
+            )
+            token = tenant.service_token("payments") if system.attested else ""
+        return CellTenant(tenant, lease_id, token)
+
     def _notary_setup(
         self,
+        system: System,
+        at: CellTenant,
         args: list[str],
         case_id: str,
         ids: dict[str, str],
         refund_by_hand: Callable[[], None],
         truth: Callable[[], Truth],
     ) -> Setup:
-        from experiments.live_notary import TargetSpec
-
-        assert self.notary is not None
-        spec = TargetSpec(
-            worker.TARGET,
-            tier=3,
-            max_inflight=timedelta(seconds=worker.TIMEOUT_SECONDS),
-            evidence_window=EVIDENCE_WINDOW,
-        )
-        with self._notary_lock:  # tenant slugs and API keys: one at a time
-            tenant = self.notary.tenant(f"refund-{secrets.token_hex(6)}", targets=[spec])
-            lease_id = tenant.grant_lease(
-                case_id, "refund", limits={"amount_cents": APPROVED_CENTS}
-            )
+        tenant, lease_id = at.tenant, at.lease_id
         effect_id = worker.gate_effect_id(case_id, tenant=tenant.slug)
         args += ["--notary", tenant.url, "--notary-token", tenant.agent_token]
         args += ["--tenant", tenant.slug, "--lease", lease_id]
-        args += ["--evidence-window", str(EVIDENCE_WINDOW.total_seconds())]
+        if system.attested:
+            args += ["--attests-before-acting"]
+            args += ["--max-inflight", str(ATTESTED_MAX_INFLIGHT.total_seconds())]
+        else:
+            args += ["--evidence-window", str(EVIDENCE_WINDOW.total_seconds())]
 
         def revoke() -> None:
             tenant.revoke_lease(lease_id, reason="the customer disputed it")
@@ -502,6 +557,45 @@ class Runner:
         store = directory / "service.store"
         with running_relay(store, url, secret, delay_seconds=WEBHOOK_DELAY_SECONDS) as relay:
             yield relay
+
+
+@dataclass(frozen=True)
+class CellTenant:
+    tenant: NotaryTenant
+    lease_id: str
+    service_token: str  # the attesting service's key; "" for a service that attests nothing
+
+
+def attestations(setup: Setup) -> list[dict[str, Any]]:
+    """What the service attested of the effect, in order: intent (before_acting, acknowledged:
+    it acted after), performed with its reference."""
+    from ledger.selectors import iter_entries
+
+    assert setup.tenant is not None
+    return [
+        {
+            "seq": e.seq,
+            "outcome": e.body_value()["outcome"],
+            "reference": e.body_value()["result_ref"],
+        }
+        for e in iter_entries(log=setup.tenant.tenant.log)
+        if e.effect_id == setup.effect_id
+        and e.kind == EntryKind.OBSERVED
+        and e.body_value().get("source") == "attestation"
+    ]
+
+
+def wait_for_attestations(setup: Setup, *, timeout: float) -> None:
+    """The service attests `performed` after it answers: wait until every refund the agent's
+    effect made is attested, so the record read next is the whole of it. Past `timeout` the
+    cell is read as it is (an intent with nothing after it is a finding, not an error)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        made = {r["result_ref"] for r in setup.truth().agent if r["effect_id"] == setup.effect_id}
+        said = {a["reference"] for a in attestations(setup) if a["outcome"] == "performed"}
+        if made <= said:
+            return
+        time.sleep(0.1)
 
 
 def _nothing() -> None:
@@ -1016,6 +1110,11 @@ def findings(scenario: Scenario) -> list[str]:
             text += f" Crash to settled: {notary.seconds()}, the webhook's delay."
         out.append(text)
 
+    # 5. Write-ahead attestation.
+    attested = r.get("interlock_attested")
+    if attested is not None:
+        out.append(attested_finding(attested, r))
+
     # Better, equal, worse.
     if gates and baselines:
         violated = ", ".join(f"{row.name} {row.violations}/{row.n}" for row in baselines)
@@ -1041,7 +1140,12 @@ def findings(scenario: Scenario) -> list[str]:
         verdict = "equal" if median1 <= median0 * 1.5 else "worse"
         waits = [
             f"{name} {r[name].seconds()}"
-            for name in ("gate_tier2", "gate_tier2_stripe", "gate_tier3_notary")
+            for name in (
+                "gate_tier2",
+                "gate_tier2_stripe",
+                "gate_tier3_notary",
+                "interlock_attested",
+            )
             if name in r and r[name].median() is not None
         ]
         out.append(
@@ -1094,6 +1198,85 @@ def findings(scenario: Scenario) -> list[str]:
     return out
 
 
+def attested_finding(row: Row, r: dict[str, Row]) -> str:
+    """What write-ahead attestation did, from the interlock_attested cells."""
+
+    def stages(cell: Cell) -> list[str]:
+        return [a["outcome"] for a in cell.detail.get("attested", [])]
+
+    def dispatched_at(cell: Cell) -> list[float]:
+        return [e["at"] for e in cell.detail.get("entries", []) if e["kind"] == "DISPATCHED"]
+
+    def died_unanswered(cell: Cell) -> bool:
+        """The first worker died after the service refunded, before it recorded anything."""
+        late = ("after_target_acted", "after_response")
+        return cell.exit_codes[0] == -9 and cell.detail["crash_point"] in late
+
+    once = [
+        c
+        for c in row.cells
+        if len(c.truth["agent_refunds"]) == 1 and c.answer_vs_truth == "matches"
+    ]
+    refused = row.count(
+        lambda c: c.answer.startswith("REFUSED") and not c.truth["agent_refunds"] and c.held
+    )
+    ambiguous = [c for c in row.cells if c.crash_to_settled_seconds is None]
+    intent_only = sum(1 for c in ambiguous if stages(c) == ["intent"])
+    other = row.n - len(once) - refused
+    text = (
+        "**5. Write-ahead attestation.** The same tier-3 service, attesting each refund to the "
+        f"notary before making it: {len(once)}/{row.n} cells refunded exactly once with an answer "
+        f"that matches the service, {refused}/{row.n} refused with nothing sent"
+        + (f", {other} otherwise" if other else "")
+        + f"; {row.doubles} with two refunds, {row.contradicts} contradicting the service, "
+        f"{len(ambiguous)} AMBIGUOUS"
+    )
+    if ambiguous:
+        text += (
+            f" ({intent_only} of them an acknowledged intent with no performed attestation "
+            "after it)"
+        )
+    resent = [c for c in row.cells if len(dispatched_at(c)) > 1]
+    if resent:
+        gap = min(b - a for c in resent for a, b in itertools.pairwise(dispatched_at(c)))
+        text += (
+            f". The gate resent in {len(resent)} cells, "
+            f"{sum(len(c.truth['agent_refunds']) == 1 for c in resent)} of them refunded once, "
+            f"each resend {gap:.1f} s or more after the dispatch before it (max in-flight "
+            f"{ATTESTED_MAX_INFLIGHT.total_seconds():.0f} s), when no attestation meant not sent"
+        )
+    unanswered = [c for c in once if died_unanswered(c)]
+    answered = [c for c in once if not died_unanswered(c)]
+    evidence = sum(c.answer.startswith("COMMITTED_ON_EVIDENCE") for c in unanswered)
+    resent_there = sum(len(dispatched_at(c)) > 1 for c in unanswered)
+    text += (
+        f". Where the agent died after the refund, before recording it ({len(unanswered)} "
+        f"cells), {evidence} were settled COMMITTED_ON_EVIDENCE on the service's performed "
+        f"attestation, {resent_there} resent"
+    )
+    if answered:
+        own = sum(not c.answer.startswith("COMMITTED_ON_EVIDENCE") for c in answered)
+        text += (
+            f"; where a live gate heard the service's answer ({len(answered)} cells), the "
+            f"gate's own COMMITTED stands in {own} and the notary's COMMITTED_ON_EVIDENCE in "
+            f"{len(answered) - own}: the service attests right after answering, the two "
+            "verdicts race, and the first recorded stands (the same refund either way)"
+        )
+    tier3, notary = r.get("gate_tier3"), r.get("gate_tier3_notary")
+    compared = [
+        f"{other_row.name} {other_row.to_a_person}/{other_row.n}"
+        for other_row in (tier3, notary)
+        if other_row is not None
+    ]
+    text += "." + (f" Left to a person elsewhere: {', '.join(compared)}." if compared else "")
+    text += (
+        " No silence is guessed at: a dispatch the service never attested is known not to have "
+        "reached it, because the notary acknowledges none after max in-flight and the service "
+        f"acts on nothing else. Records that prove the outcome: {row.proves}/{row.n}."
+    )
+    return text
+
+
 def notes(scenario: Scenario, seconds: float, load_before: float, quick: bool) -> list[str]:
     cells = len(scenario.cells)
     return [
@@ -1125,6 +1308,10 @@ def notes(scenario: Scenario, seconds: float, load_before: float, quick: bool) -
         "request's effect id in metadata.interlock_effect_id, to the notary's Stripe endpoint. "
         "The notary's signature check, ingestion and settlement are the production code. "
         "Support's hand refund is relayed too and stays unmatched.",
+        "Not emulated: interlock_attested's attestations are the reference service's own "
+        "(gate_client/reference_service.py --attest) against the notary's production "
+        "attestation endpoint. Support's dashboard is a second reference service process on "
+        "the same store that attests nothing.",
         "What is emulated. The premise 'no refund has been made for this case yet' reads the "
         "reference service's store for the payment, standing in for a refund list endpoint "
         "the service does not have; the Stripe rows read the payment's refunds through the SDK. "

@@ -2,6 +2,7 @@
 the demo send effects to it, and an agent's own integration tests can too.
 
     python -m gate_client.reference_service --store PATH [--dedupe] [--lookup]
+        [--attest NOTARY_URL --attest-token TOKEN]
 
 prints its port on stdout once it listens on 127.0.0.1. Its ground truth is its own store: one
 fsync'd JSON line each time it really acted (effect id, idempotency key, payload, result_ref),
@@ -11,17 +12,27 @@ un-happen an effect. The tests read the truth from that file, never from the cli
 `--dedupe` replays the first result for an Idempotency-Key it has seen instead of acting again
 (tier 1); `--lookup` answers ``GET /effects/<id>`` (tier 2), which is otherwise 501. ``POST
 /control/drop-response`` with ``{"effect_id"}`` makes the next request for that effect act and
-then hang up without a response: a response lost on the wire, with the client still alive."""
+then hang up without a response: a response lost on the wire, with the client still alive.
+
+`--attest` makes it a write-ahead attesting service (a target declared `attests_before_acting`):
+before acting on ``POST /effects`` it attests ``before_acting`` to the notary with the service
+key TOKEN and acts only on the notary's 201; anything else (a refusal, another status, no
+answer) and it does not act and answers 409 ``not_acknowledged``, which a client takes as in
+doubt. After acting and answering it attests ``performed`` with the result_ref, best effort.
+``POST /control/skip-performed`` with ``{"effect_id"}`` makes the next act for that effect leave
+that second attestation out: a service that died between acting and saying so."""
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -42,27 +53,99 @@ def read_acts(store: Path, effect_id: str | None = None) -> list[dict[str, Any]]
     return [a for a in acts if effect_id is None or a["effect_id"] == effect_id]
 
 
+ATTEST_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Attestor:
+    """The service's side of write-ahead attestation: ask the notary before acting, tell it
+    after. Recovery counts "no attestation by max_inflight" as never acted, so the service acts
+    only on an acknowledgement it has in hand."""
+
+    notary_url: str
+    token: str
+    timeout_seconds: float = ATTEST_TIMEOUT_SECONDS
+
+    def before_acting(self, effect_id: str) -> str | None:
+        """None if the notary acknowledged (201) and the service may act; else why it may not.
+        No answer is no acknowledgement: acting on it could act after recovery resent."""
+        try:
+            status = self._post({"effect_id": effect_id, "stage": "before_acting"})
+        except urllib.error.HTTPError as error:
+            return f"the notary answered {error.code}: {_error_detail(error)}"
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+            return f"no answer from the notary: {error}"
+        return None if status == 201 else f"the notary answered {status}, not 201"
+
+    def performed(self, effect_id: str, result_ref: str) -> bool:
+        """Best effort: unsaid, the effect keeps only its intent, which recovery reports as
+        AMBIGUOUS rather than guess."""
+        body = {"effect_id": effect_id, "stage": "performed", "reference": result_ref}
+        try:
+            return self._post(body) == 201
+        except (urllib.error.URLError, http.client.HTTPException, OSError):
+            return False
+
+    def _post(self, body: dict[str, Any]) -> int:
+        request = urllib.request.Request(
+            f"{self.notary_url.rstrip('/')}/v1/attestations",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+            response.read()
+            return int(response.status)
+
+
+def _error_detail(error: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(error.read())
+        return f"{body['error']}: {body.get('detail', '')}"
+    except (ValueError, KeyError, TypeError, OSError):
+        return f"http_{error.code}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one ``POST /effects`` came to."""
+
+    result_ref: str | None  # None: not acknowledged, not acted
+    replayed: bool = False
+    drop: bool = False  # acted; hang up without a response
+    refused: str = ""  # why the notary's acknowledgement is missing
+    attest_performed: bool = False  # acted under an acknowledgement: say so after answering
+
+
 class Service:
     """What the service remembers, rebuilt from its store so a restart forgets no key."""
 
-    def __init__(self, store: Path, *, dedupe: bool, lookup: bool) -> None:
+    def __init__(
+        self, store: Path, *, dedupe: bool, lookup: bool, attestor: Attestor | None = None
+    ) -> None:
         self.dedupe = dedupe
         self.lookup = lookup
-        self._lock = threading.Lock()  # the key check and the act are one step
+        self.attestor = attestor
+        # The key check, the attestation and the act are one step.
+        self._lock = threading.Lock()
         self._by_key: dict[str, str] = {}
         self._by_effect: dict[str, str] = {}
         self._drop_for: set[str] = set()
+        self._skip_performed_for: set[str] = set()
         for act in read_acts(store):
             self._remember(act)
         self._fd = os.open(store, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def act(self, effect_id: str, key: str | None, payload: Any) -> tuple[str, bool, bool]:
-        """(result_ref, replayed, drop the response)."""
+    def act(self, effect_id: str, key: str | None, payload: Any) -> Outcome:
+        """Act on one request, or replay a known key's result, or (attesting) refuse to act
+        without the notary's acknowledgement."""
         with self._lock:
-            drop = effect_id in self._drop_for
-            self._drop_for.discard(effect_id)
             if self.dedupe and key is not None and key in self._by_key:
-                return self._by_key[key], True, drop
+                return Outcome(self._by_key[key], replayed=True, drop=self._take_drop(effect_id))
+            if self.attestor is not None:
+                refused = self.attestor.before_acting(effect_id)
+                if refused is not None:
+                    return Outcome(None, refused=refused)
             act = {
                 "effect_id": effect_id,
                 "idempotency_key": key,
@@ -74,7 +157,15 @@ class Service:
             os.write(self._fd, line)
             os.fsync(self._fd)
             self._remember(act)
-            return act["result_ref"], False, drop
+            attest = self.attestor is not None and effect_id not in self._skip_performed_for
+            self._skip_performed_for.discard(effect_id)
+            return Outcome(
+                act["result_ref"], drop=self._take_drop(effect_id), attest_performed=attest
+            )
+
+    def attest_performed(self, effect_id: str, outcome: Outcome) -> None:
+        if self.attestor is not None and outcome.attest_performed and outcome.result_ref:
+            self.attestor.performed(effect_id, outcome.result_ref)
 
     def find(self, effect_id: str) -> str | None:
         with self._lock:
@@ -83,6 +174,17 @@ class Service:
     def drop_next_response(self, effect_id: str) -> None:
         with self._lock:
             self._drop_for.add(effect_id)
+
+    def skip_next_performed(self, effect_id: str) -> None:
+        with self._lock:
+            self._skip_performed_for.add(effect_id)
+
+    def _take_drop(self, effect_id: str) -> bool:
+        """Whether to drop this response; the caller holds the lock. Only a request that acted
+        or replayed takes it: one refused unacknowledged never acted, and answers."""
+        drop = effect_id in self._drop_for
+        self._drop_for.discard(effect_id)
+        return drop
 
     def _remember(self, act: dict[str, Any]) -> None:
         if act["idempotency_key"] is not None:
@@ -97,11 +199,16 @@ class Handler(BaseHTTPRequestHandler):
         body = self._json_body()
         if body is None:
             return
-        if self.path == "/control/drop-response":
+        service = self.server.service
+        controls = {
+            "/control/drop-response": service.drop_next_response,
+            "/control/skip-performed": service.skip_next_performed,
+        }
+        if self.path in controls:
             if not isinstance(body.get("effect_id"), str):
                 self._reply(400, {"error": "bad_request"})
                 return
-            self.server.service.drop_next_response(body["effect_id"])
+            controls[self.path](body["effect_id"])
             self._reply(200, {"ok": True})
         elif self.path == "/effects":
             effect_id, payload = body.get("effect_id"), body.get("payload")
@@ -109,12 +216,17 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(400, {"error": "bad_request"})
                 return
             key = self.headers.get("Idempotency-Key")
-            result_ref, replayed, drop = self.server.service.act(effect_id, key, payload)
-            if drop:
-                self.close_connection = True  # acted, and the response never leaves
+            outcome = service.act(effect_id, key, payload)
+            if outcome.result_ref is None:
+                self._reply(409, {"error": "not_acknowledged", "detail": outcome.refused})
                 return
-            headers = {"Idempotent-Replayed": "true"} if replayed else {}
-            self._reply(200, {"result_ref": result_ref}, headers)
+            if outcome.drop:
+                self.close_connection = True  # acted, and the response never leaves
+            else:
+                headers = {"Idempotent-Replayed": "true"} if outcome.replayed else {}
+                self._reply(200, {"result_ref": outcome.result_ref}, headers)
+            # After the answer, so the client's own verdict is not held up by the notary.
+            service.attest_performed(effect_id, outcome)
         else:
             self._reply(404, {"error": "no_such_endpoint"})
 
@@ -186,6 +298,9 @@ class RunningServer:
     def drop_next_response(self, effect_id: str) -> None:
         post_control(f"{self.url}/control/drop-response", {"effect_id": effect_id})
 
+    def skip_next_performed(self, effect_id: str) -> None:
+        post_control(f"{self.url}/control/skip-performed", {"effect_id": effect_id})
+
 
 def post_control(url: str, body: dict[str, Any]) -> None:
     """Tell a local peer how to behave next (a JSON POST to its control endpoint)."""
@@ -212,9 +327,21 @@ def serving(command: list[str], *, cwd: Path | None = None) -> Iterator[str]:
 
 
 @contextmanager
-def running_server(store: Path, *, dedupe: bool, lookup: bool) -> Iterator[RunningServer]:
-    """Start the service as its own process; stop it on exit."""
+def running_server(
+    store: Path,
+    *,
+    dedupe: bool,
+    lookup: bool,
+    attest: str | None = None,
+    attest_token: str | None = None,
+) -> Iterator[RunningServer]:
+    """Start the service as its own process; stop it on exit. `attest` (the notary's URL, with
+    the service key `attest_token`) makes it attest before acting."""
+    if (attest is None) != (attest_token is None):
+        raise ValueError("attest and attest_token go together")
     flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
+    if attest is not None and attest_token is not None:
+        flags += ["--attest", attest, "--attest-token", attest_token]
     command = [sys.executable, "-m", "gate_client.reference_service", "--store", str(store)]
     with serving([*command, *flags]) as url:
         yield RunningServer(url, store)
@@ -225,8 +352,16 @@ def main() -> None:
     parser.add_argument("--store", type=Path, required=True, help="ground truth, JSON lines")
     parser.add_argument("--dedupe", action="store_true", help="replay on a known key")
     parser.add_argument("--lookup", action="store_true", help="answer GET /effects/<id>")
+    parser.add_argument(
+        "--attest", metavar="NOTARY_URL", help="attest each request to this notary before acting"
+    )
+    parser.add_argument("--attest-token", metavar="TOKEN", help="the notary service key")
     args = parser.parse_args()
-    server = TargetHTTPServer(Service(args.store, dedupe=args.dedupe, lookup=args.lookup))
+    if (args.attest is None) != (args.attest_token is None):
+        parser.error("--attest and --attest-token go together")
+    attestor = Attestor(args.attest, args.attest_token) if args.attest else None
+    service = Service(args.store, dedupe=args.dedupe, lookup=args.lookup, attestor=attestor)
+    server = TargetHTTPServer(service)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

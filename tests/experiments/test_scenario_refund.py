@@ -71,6 +71,7 @@ def test_the_quick_subset_shows_what_each_system_does(
         "gate_tier2": "COMMITTED_ON_QUERY",
         "gate_tier3": "AMBIGUOUS",
         "gate_tier3_notary": "COMMITTED_ON_EVIDENCE",
+        "interlock_attested": "COMMITTED_ON_EVIDENCE",
         "gate_tier2_stripe": "COMMITTED_ON_QUERY",
     }
     tier1 = scenario.cell("gate_tier1", "after_target_acted+none")
@@ -82,9 +83,34 @@ def test_the_quick_subset_shows_what_each_system_does(
         stale = scenario.cell(name, "after_dispatched+refunded_by_hand")
         assert stale.answer == "REFUSED:stale_premise_at_recovery", stale.answer
 
+    # Write-ahead attestation: every cell exactly once or refused with nothing sent, each answer
+    # the service's truth; no cell left to a person, since every refund was said performed.
+    attested = [c for c in scenario.cells if c.system == "interlock_attested"]
+    for cell in attested:
+        assert len(refunds(cell)) <= 1, (cell.fault, refunds(cell))
+        assert cell.answer_vs_truth == "matches", (cell.fault, cell.answer)
+        assert cell.crash_to_settled_seconds is not None, (cell.fault, cell.answer)
+        assert [a["outcome"] for a in cell.detail["attested"]] == (
+            ["intent", "performed"] if refunds(cell) else []
+        ), cell.detail["attested"]
+    acted = scenario.cell("interlock_attested", "after_target_acted+none")
+    assert (refunds(acted), acted.record_proves_it) == ([2000], True)
+    assert acted.detail["attested"][1]["reference"] == acted.truth["agent_refunds"][0]["result_ref"]
+    # Never sent, known never sent: re-checked at recovery and refused, not AMBIGUOUS.
+    for fault, state in (
+        ("after_dispatched+lease_revoked", "REFUSED:lease_revoked_at_recovery"),
+        ("after_dispatched+refunded_by_hand", "REFUSED:stale_premise_at_recovery"),
+    ):
+        cell = scenario.cell("interlock_attested", fault)
+        assert (cell.answer, refunds(cell)) == (state, []), (fault, cell.answer)
+        assert cell.detail["receipt"]["recheck_at_recovery"]["lookup"] == "not_attested"
+    redecided = scenario.cell("interlock_attested", "after_target_acted+redecided_30")
+    assert redecided.answer.endswith("$30 re-decision: REFUSED:payload_changed"), redecided.answer
+
     # The files.
     document = json.loads((tmp_path / "refund.json").read_text())
     assert len(document["cells"]) == len(scenario.cells)
     markdown = (tmp_path / "refund.md").read_text()
     assert "| system | after_target_acted+none |" in markdown
     assert "## Findings" in markdown and "Keys are necessary and insufficient" in markdown
+    assert "Write-ahead attestation" in markdown

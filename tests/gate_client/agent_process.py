@@ -2,8 +2,9 @@
 
     python -m tests.gate_client.agent_process ROLE [JOURNAL WORLD_FILE] --url URL --case CASE ...
 
-    submit JOURNAL WORLD_FILE --tier N [--queryable] --text TEXT [NOTARY]
-    recover JOURNAL WORLD_FILE --tier N [--queryable] [--resubmit TEXT] [NOTARY]
+    submit JOURNAL WORLD_FILE --tier N [--queryable] [--attests-before-acting] --text TEXT [NOTARY]
+    recover JOURNAL WORLD_FILE --tier N [--queryable] [--attests-before-acting] [--resubmit TEXT]
+        [NOTARY]
     plain --text TEXT
 
     NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID [--separate-steps]
@@ -72,6 +73,7 @@ def build_gate(args: argparse.Namespace) -> Gate:
         key_window=KEY_WINDOW if args.tier == Tier.DEDUPES else None,
         max_inflight=timedelta(seconds=args.max_inflight),
         timeout_seconds=args.max_inflight,
+        attests_before_acting=args.attests_before_acting,
     )
     premises = [refund_premise(args.world_file)]
     journal: Journal = (
@@ -125,6 +127,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     gated.add_argument("world_file", type=Path)
     gated.add_argument("--tier", type=int, choices=[t.value for t in Tier], required=True)
     gated.add_argument("--queryable", action="store_true")
+    gated.add_argument(
+        "--attests-before-acting",
+        action="store_true",
+        help="the service attests each request to the notary before acting (declared so)",
+    )
     gated.add_argument("--max-inflight", type=float, default=2.0, help="seconds")
     gated.add_argument("--notary", metavar="URL", help="journal at this notary, not in JOURNAL")
     gated.add_argument("--notary-token", help="the notary agent key")
