@@ -330,6 +330,18 @@ def agent_outcome_refusal(
     return None
 
 
+def silence_broken(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> str | None:
+    """Why a refusal resting on the notary's silence ("not attested") no longer holds: an
+    attestation recorded since the agent read the evidence (it raced the read) means the
+    service may have acted, so the effect is not known unsent. None: the silence stands."""
+    recheck = body.get("recheck")
+    if kind != EntryKind.REFUSED or not isinstance(recheck, Mapping):
+        return None
+    if recheck.get("lookup") != "not_attested" or isinstance(evidence_answer(history), NotFound):
+        return None
+    return "the service attested this effect after the evidence was read: ask again"
+
+
 def _evidence_citation_refusal(history: Sequence[Entry], body: Mapping[str, Any]) -> str | None:
     recheck = body.get("recheck")
     seq = recheck.get("evidence_seq") if isinstance(recheck, Mapping) else None

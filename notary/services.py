@@ -37,6 +37,7 @@ from gate_client.protocol import (
     intent_refusal,
     last_attempt,
     settle_on_evidence,
+    silence_broken,
     standing,
 )
 from gate_client.receipts import ReceiptError
@@ -368,6 +369,9 @@ def effect_record_outcome(
     refused = agent_outcome_refusal(history, kind, body)
     if refused is not None:
         raise NotaryInputError(refused)
+    broken = silence_broken(history, kind, body)
+    if broken is not None:
+        raise NotaryConflict("evidence_arrived", broken)
     admission = admit(history, kind, body)
     if admission.action == "stands":
         assert admission.standing is not None

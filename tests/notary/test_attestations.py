@@ -57,3 +57,22 @@ def test_none_is_acknowledged_once_recovery_may_count_it_as_never_sent(acme: Ten
         attest(acme, effect_id, "before_acting")
     kinds = [e.kind for e in iter_entries(log=acme.log) if e.effect_id == effect_id]
     assert kinds == ["PROPOSED", "DISPATCHED"], "a refused attestation records nothing"
+
+
+@pytest.mark.django_db
+def test_a_refusal_resting_on_silence_is_refused_once_an_attestation_arrived(
+    acme: Tenant,
+) -> None:
+    """The agent read "nothing attested", then the service's attestation, acknowledged just
+    inside max in-flight, committed: the refusal's premise is gone, and it is not recorded."""
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = dispatched(acme, "erp", "case-1")
+    assert attest(acme, effect_id, "before_acting") == "acknowledged"
+    body = {
+        "reason": "stale_premise_at_recovery",
+        "recheck": {"reason": "stale_premise", "lookup": "not_attested"},
+    }
+    with pytest.raises(services.NotaryConflict, match="attested this effect"):
+        services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="REFUSED", body=body)
+    kinds = [e.kind for e in iter_entries(log=acme.log) if e.effect_id == effect_id]
+    assert kinds == ["PROPOSED", "DISPATCHED", "OBSERVED"]
