@@ -863,9 +863,9 @@ def findings(scenario: Scenario) -> list[str]:
         for c in silent:
             sentence += (
                 f" Where none went (refused_before_send), no webhook can come: the restarted "
-                f"worker waited out the {EVIDENCE_WINDOW.total_seconds():.0f} s evidence window, "
-                f"re-checked the refund and answered {c.answer} "
-                f"({seconds(c.crash_to_settled_seconds)} from the crash)."
+                f"worker waited out the {EVIDENCE_WINDOW.total_seconds():.0f} s evidence window "
+                f"and answered {c.answer}, since silence proves nothing; a person, or a late "
+                "webhook, settles it."
             )
         sentence += (
             " What the notary adds: the target's own delivery events, signed and kept in the "
@@ -960,31 +960,30 @@ def withheld_findings(scenario: Scenario) -> list[str]:
     wrong = [c for c in cells if c.answer_vs_truth == "contradicts"]
     tier3_wrong = [c for c in of(scenario, "interlock_tier3") if c.answer_vs_truth == "contradicts"]
     word = "worse than" if len(wrong) > len(tier3_wrong) else "no worse than"
+    ambiguous = [c for c in cells if c.answer == "AMBIGUOUS"]
     text = (
         f"Where the webhook does not arrive, the notary row is {word} interlock_tier3 "
         f"({len(wrong)} against {len(tier3_wrong)} wrong answers): with "
         "the local Resend withholding its webhooks, interlock_notary answered "
         + listing([f"{c.fault}: {c.answer} ({c.outcome}, {c.answer_vs_truth})" for c in cells])
-        + f". After the {EVIDENCE_WINDOW.total_seconds():.0f} s evidence window, “not seen” "
-        "counts as not sent, an assumption the receipt states."
+        + f". Webhook evidence is positive-only: nothing seen by the end of the "
+        f"{EVIDENCE_WINDOW.total_seconds():.0f} s evidence window is AMBIGUOUS "
+        f"({len(ambiguous)} of {len(cells)} cells), never a resend and never a refusal that "
+        "says it was not sent, because a lost webhook and an email never sent look the same."
     )
     if wrong:
-        text += (
-            " It is wrong in "
-            + listing([c.fault for c in wrong])
-            + ": the email went, the notary never heard, and the refusal says it did not."
-        )
+        text += " It is wrong in " + listing([c.fault for c in wrong]) + "."
     retried = [c for c in cells if c.answer == "COMMITTED_BY_RETRY"]
     if retried:
         text += (
             " In "
             + listing([c.fault for c in retried])
-            + " it resent; Resend's key (which a tier-3 declaration does not count on) turned "
-            "the resend into a replay, and a target without one would have sent twice."
+            + " it resent, which a tier-3 declaration must never do."
         )
     text += (
-        " The lift is only as good as the declared window: it must outlast the provider's webhook "
-        "retries (Svix retries for days), not the 3 s used here to keep the run short."
+        " Late webhooks still settle such an effect without a person; the window only decides "
+        "how long the gate waits before saying AMBIGUOUS, and should outlast the provider's "
+        "webhook retries (Svix retries for days), not the 3 s used here to keep the run short."
     )
     return [text]
 

@@ -1087,23 +1087,19 @@ def findings(scenario: Scenario) -> list[str]:
     notary, tier3 = r.get("gate_tier3_notary"), r.get("gate_tier3")
     if notary is not None:
         evidence = notary.count(lambda c: c.answer.startswith("COMMITTED_ON_EVIDENCE"))
-        assumed = notary.count(
-            lambda c: any(
-                sign in json.dumps(c.detail.get("receipt", {}))
-                for sign in ("taken as not sent", '"not_seen"')
-            )
-        )
+        silent = notary.count(lambda c: c.answer.startswith("AMBIGUOUS"))
+        resent = notary.count(lambda c: c.answer.startswith("COMMITTED_BY_RETRY"))
         window = int(EVIDENCE_WINDOW.total_seconds())
         text = (
             "**4. What the notary adds.** The same tier-3 service, its refund webhooks reaching "
             f"the notary: {notary.to_a_person}/{notary.n} cells left to a person"
             + (f" (gate_tier3: {tier3.to_a_person}/{tier3.n})" if tier3 is not None else "")
             + f"; {evidence} settled COMMITTED_ON_EVIDENCE by the webhook, with no resend. "
-            "While the evidence window is open the gate leaves an unseen effect in flight "
-            "rather than ask a person; the restarted process asks again until the window "
-            f"closes ({window} s here). In {assumed} cell(s) nothing was seen by then, which "
-            "counts as not sent: the lease and the premise were re-checked and the refund "
-            "resent or refused, the assumption stated on the receipt. All receipts verify "
+            "Webhook evidence is positive-only: while the evidence window is open the gate "
+            f"waits for it ({window} s here), and an effect nothing was seen of by then is "
+            f"AMBIGUOUS ({silent} cell(s)), never resent and never refused, because lost or late "
+            f"webhooks look the same as a refund never sent (resent: {resent} cell(s)). "
+            "All receipts verify "
             f"against the tenant's log ({notary.proves}/{notary.n} prove their outcome)."
         )
         if notary.median() is not None:
