@@ -70,7 +70,7 @@ from experiments.notary_bench import bench_database
 from gate_client.journal import DispatchRequest
 from gate_client.proposal import Proposal
 from ledger.core.entries import EntryKind
-from tests.notary_server import REPO_ROOT
+from testkit.notary_server import REPO_ROOT
 
 if TYPE_CHECKING:
     from ledger.core.note import Signer

@@ -6,7 +6,7 @@ after_target_acted (the service acted, nothing recorded it) against each of the 
 targets, real HTTP services on 127.0.0.1: T1 dedupes on the key, T1L dedupes and can be looked
 up, T2 can only be looked up, T3 neither. The clock starts when the harness's wait() on the
 dead worker returns and stops when the restarted process prints a receipt with a final state.
-The plain retry (no key, no lease, no premise; tests/gate_client/agent_process.py `plain`) is
+The plain retry (no key, no lease, no premise; testkit/agents/agent_process.py `plain`) is
 timed the same way, to the response of its resend. Both include starting a Python process,
 shown on its own in the last row (sampled between the crashes, under the same load). Every run
 is checked against the service's own record and the expected final state, and the benchmark
@@ -32,15 +32,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-# The script lives in experiments/; the agent and the service live in tests/gate_client/.
+# The script lives in experiments/; the agent and the service live in testkit/.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
-from gate_client.reference_service import RunningServer, running_server
 from gate_client.targets import Tier
-from tests.gate_client.agent_process import ACTION, LEASE_ID, effect_id
+from testkit.agents.agent_process import ACTION, LEASE_ID, effect_id
+from testkit.peers.reference_service import RunningServer, running_server
+from testkit.processes import armed_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRASH = CrashPoint.AFTER_TARGET_ACTED
@@ -102,13 +103,10 @@ def progress(message: str) -> None:
 
 
 def agent(args: list[str], *, crash: CrashPoint | None = None) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
-    if crash is not None:
-        env["INTERLOCK_CRASH_AT"] = crash.value
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.gate_client.agent_process", *args],
+        [sys.executable, "-m", "testkit.agents.agent_process", *args],
         cwd=REPO_ROOT,
-        env=env,
+        env=armed_env(crash),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -163,7 +161,7 @@ def process_start() -> float:
     first line on stdout, as the settled runs are."""
     started = time.perf_counter()
     ready = subprocess.Popen(
-        [sys.executable, "-c", "import tests.gate_client.agent_process; print('ready')"],
+        [sys.executable, "-c", "import testkit.agents.agent_process; print('ready')"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,

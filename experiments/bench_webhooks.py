@@ -78,8 +78,8 @@ from experiments import notary_bench
 from experiments.bench_ledger import progress, setup_django, table
 from experiments.notary_bench import LoadRun, Ready, Stats, duration, mean, percentile, span
 from gate_client.proposal import Proposal
-from tests.notary_server import REPO_ROOT
-from tests.webhooks.signing import (
+from testkit.notary_server import REPO_ROOT
+from testkit.webhook_signing import (
     as_headers,
     body_of,
     new_secret,

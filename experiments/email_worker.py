@@ -17,7 +17,7 @@ separate recovery role. The systems (the seed's, plus the notary row):
 - ``hand_check_noprobe``: re-read the refund right before the send, skip unless it is succeeded
   or pending, send with the key.
 - ``interlock``, ``interlock_noprobe``, ``interlock_tier3``, ``interlock_notary``: a Gate over
-  the ResendEmail target as tests/gate_client/adapters/email_agent.py declares it for that
+  the ResendEmail target as testkit/agents/email_agent.py declares it for that
   system, with the refund premise; on startup it runs recover() until nothing is in flight,
   then submits the case as usual. ``interlock_notary`` journals at the notary and, before
   recover(), waits while the notary's evidence still says "unknown" (its evidence window is
@@ -58,8 +58,8 @@ from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.protocol import standing
 from gate_client.targets import Unknown
 from ledger.core.entries import EntryKind
-from tests.gate_client.adapters import email_agent
-from tests.gate_client.agent_process import OK_STATUSES
+from testkit.agents import email_agent
+from testkit.agents.agent_process import OK_STATUSES
 
 GATE_SYSTEMS = ("interlock", "interlock_noprobe", "interlock_tier3", "interlock_notary")
 HAND_SYSTEMS = ("no_check", "hand_check", "hand_check_noprobe")

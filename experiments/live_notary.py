@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from experiments.bench_ledger import recreate_database, setup_django
-from tests.notary_server import running_notary
+from testkit.notary_server import running_notary
 
 if TYPE_CHECKING:
     from notary.models import ApiKey, Tenant

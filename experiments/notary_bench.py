@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from tqdm import tqdm
 
 from experiments.bench_ledger import environment, progress, recreate_database, table
-from tests.notary_server import running_notary
+from testkit.notary_server import running_notary
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

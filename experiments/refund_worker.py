@@ -45,8 +45,8 @@ from gate_client.ids import effect_id_for
 from gate_client.journal import Journal, LocalJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt
-from gate_client.reference_service import read_acts
 from gate_client.targets import Target, Tier
+from testkit.peers.reference_service import read_acts
 
 if TYPE_CHECKING:
     import stripe
@@ -155,7 +155,7 @@ def post_refund(args: argparse.Namespace, amount: int, *, key: str | None) -> di
 
 def _stripe_refund(args: argparse.Namespace, amount: int, *, key: str | None) -> dict[str, Any]:
     from gate_client.adapters.stripe_refunds import METADATA_KEY
-    from tests.peers.localstripe import stripe_client
+    from testkit.peers.localstripe import stripe_client
 
     client = stripe_client(args.stripe, timeout_seconds=TIMEOUT_SECONDS * 2)
     options: dict[str, Any] = {"idempotency_key": key} if key is not None else {}
@@ -235,8 +235,8 @@ def build_gate(args: argparse.Namespace) -> tuple[Gate, str]:
         journal = LocalJournal(args.journal)
     if args.stripe:
         from gate_client.adapters.stripe_refunds import StripeRefunds, refund_premises
-        from tests.gate_client.adapters import refund_agent
-        from tests.peers.localstripe import stripe_client
+        from testkit.agents import refund_agent
+        from testkit.peers.localstripe import stripe_client
 
         client = stripe_client(args.stripe, timeout_seconds=TIMEOUT_SECONDS * 2)
         stripe_target = StripeRefunds(

@@ -18,7 +18,6 @@ import argparse
 import ast
 import itertools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from testkit.processes import armed_env
 
 # Run as a file, the script needs the repository root on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -233,12 +234,12 @@ class AgentRun:
 
 def child_env(crash: CrashPoint | None = None) -> dict[str, str]:
     """The agents' and the tests' environment: no settings of the suite that started us."""
-    drop = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "INTERLOCK_CRASH_AT", "PYTEST_ADDOPTS")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    if crash is not None:
-        env["INTERLOCK_CRASH_AT"] = crash.value
-    return env
+    return armed_env(
+        crash,
+        drop=("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "PYTEST_ADDOPTS"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+    )
 
 
 def spawn(args: Sequence[str], crash: CrashPoint | None = None) -> subprocess.Popen[str]:

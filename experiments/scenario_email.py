@@ -56,9 +56,10 @@ from gate_client.leases import Lease
 from gate_client.protocol import standing as standing_verdict
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from ledger.core.entries import Entry, EntryKind, entry_from_leaf
-from tests.gate_client.adapters import email_agent
-from tests.peers.resend_server import RunningResend, running_resend
-from tests.webhooks.signing import new_secret
+from testkit.agents import email_agent
+from testkit.peers.resend_server import RunningResend, running_resend
+from testkit.processes import armed_env
+from testkit.webhook_signing import new_secret
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = "experiments.email_worker"
@@ -164,14 +165,11 @@ class Run:
 
 
 def run_worker(args: Sequence[str], crash: CrashPoint | None) -> Run:
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
-    if crash is not None:
-        env["INTERLOCK_CRASH_AT"] = crash.value
     started = time.time()
     process = subprocess.Popen(
         [sys.executable, "-m", WORKER, *args],
         cwd=REPO_ROOT,
-        env=env,
+        env=armed_env(crash),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1051,7 +1049,7 @@ def scenario_skeleton() -> Scenario:
 
 
 NOTES = [
-    "Ground truth is the local Resend's own store (tests/peers/resend_server.py): one fsync'd "
+    "Ground truth is the local Resend's own store (testkit/peers/resend_server.py): one fsync'd "
     "JSON line per email it really sent, written before it answered, with its Idempotency-Key "
     "and tags. A cell's emails are those whose text names its case, whatever key they went "
     "under. The seed could not read Resend back with its sending-only key and replayed the key "

@@ -45,8 +45,8 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.protocol import standing as standing_verdict
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt, verify_receipt
-from gate_client.reference_service import read_acts, running_server
 from ledger.core.entries import Entry, EntryKind
+from testkit.peers.reference_service import read_acts, running_server
 
 if TYPE_CHECKING:
     from experiments.live_notary import LiveNotary, NotaryTenant
@@ -488,8 +488,8 @@ class Runner:
 
     def _stripe_setup(self, system: System, case_id: str, directory: Path) -> Setup:
         from gate_client.adapters.stripe_refunds import METADATA_KEY
-        from tests.gate_client.adapters import refund_agent
-        from tests.peers.localstripe import paid_intent, refunds_of, stripe_client
+        from testkit.agents import refund_agent
+        from testkit.peers.localstripe import paid_intent, refunds_of, stripe_client
 
         assert self.stripe_url is not None
         client = stripe_client(self.stripe_url)
@@ -548,7 +548,7 @@ class Runner:
     @contextmanager
     def _relay(self, setup: Setup, directory: Path) -> Iterator[Any]:
         from experiments.webhook_relay import running_relay
-        from tests.webhooks.signing import new_secret
+        from testkit.webhook_signing import new_secret
 
         assert setup.tenant is not None
         secret = new_secret("stripe")
@@ -603,9 +603,9 @@ def _nothing() -> None:
 
 
 def run_worker(args: list[str], crash: CrashPoint | None) -> Any:
-    from tests.gate_client.test_crash_matrix import run_agent
+    from testkit.processes import spawn_armed
 
-    return run_agent(args, crash, module=WORKER)
+    return spawn_armed(WORKER, args, crash)
 
 
 def _lines(stdout: str) -> list[dict[str, Any]]:
@@ -775,7 +775,7 @@ def run(
 ) -> Scenario:
     """Run every cell (`quick`: four faults per system), write the results, return them."""
     from experiments.live_notary import live_notary
-    from tests.peers.localstripe import running_localstripe
+    from testkit.peers.localstripe import running_localstripe
 
     scenario = new_scenario()
     faults = list(QUICK_FAULTS if quick else FAULTS)
@@ -1305,7 +1305,7 @@ def notes(scenario: Scenario, seconds: float, load_before: float, quick: bool) -
         "The notary's signature check, ingestion and settlement are the production code. "
         "Support's hand refund is relayed too and stays unmatched.",
         "Not emulated: interlock_attested's attestations are the reference service's own "
-        "(gate_client/reference_service.py --attest) against the notary's production "
+        "(testkit/peers/reference_service.py --attest) against the notary's production "
         "attestation endpoint. Support's dashboard is a second reference service process on "
         "the same store that attests nothing.",
         "What is emulated. The premise 'no refund has been made for this case yet' reads the "

@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from gate_client.reference_service import read_acts
-from tests.webhooks.signing import as_headers, body_of, signed_headers, stripe_refund_event
+from testkit.peers.reference_service import read_acts
+from testkit.webhook_signing import as_headers, body_of, signed_headers, stripe_refund_event
 
 POLL_SECONDS = 0.02
 

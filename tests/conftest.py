@@ -3,30 +3,21 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import LazySettings
-from django.db import connection
 from hypothesis import settings as hypothesis_settings
 
 from ledger import services
 from ledger.core.note import Signer
 from ledger.keys import write_signing_key
 from ledger.models import Log
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from notary import services as notary_services
+from notary.models import Tenant
 
 # Shared, noisy machines: a slow example is not a failure; only a wrong one is.
 hypothesis_settings.register_profile("interlock", deadline=None)
 hypothesis_settings.load_profile("interlock")
-
-
-def child_database_url() -> str:
-    """The test database this process is connected to, as a child process's DATABASE_URL."""
-    db = connection.settings_dict
-    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
 @pytest.fixture
@@ -56,3 +47,13 @@ def make_log(db: None) -> Callable[[], Log]:
 @pytest.fixture
 def log(make_log: Callable[[], Log]) -> Log:
     return make_log()
+
+
+@pytest.fixture
+def acme(db: None) -> Tenant:
+    return notary_services.tenant_create(slug="acme", name="Acme Refunds")
+
+
+@pytest.fixture
+def globex(db: None) -> Tenant:
+    return notary_services.tenant_create(slug="globex", name="Globex")

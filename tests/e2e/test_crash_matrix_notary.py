@@ -25,9 +25,8 @@ from ledger.core.entries import Entry
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Tenant
-from tests.conftest import child_database_url
-from tests.gate_client.agent_process import ACTION, KEY_WINDOW, TARGET, effect_id
-from tests.gate_client.test_crash_matrix import (
+from testkit.agents.agent_process import ACTION, KEY_WINDOW, TARGET, effect_id
+from testkit.crash_matrix import (
     LOST_RESPONSE,
     MAX_INFLIGHT_SECONDS,
     TARGETS,
@@ -38,7 +37,8 @@ from tests.gate_client.test_crash_matrix import (
     gate_problems,
     started_servers,
 )
-from tests.notary_server import running_notary
+from testkit.notary_server import running_notary
+from testkit.paths import child_database_url
 
 # django_db: the test database must exist; the data lives outside any test transaction.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -6,7 +6,6 @@ others wait out the target's max in-flight for its answer instead of calling it 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -14,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gate_client.reference_service import read_acts, running_server
 from ledger.selectors import iter_entries
 from notary import services
-from tests.conftest import REPO_ROOT, child_database_url
-from tests.gate_client.agent_process import ACTION, TARGET, effect_id
-from tests.notary.effects import leased
-from tests.notary_server import running_notary
+from testkit.agents.agent_process import ACTION, TARGET, effect_id
+from testkit.factories import leased
+from testkit.notary_server import running_notary
+from testkit.paths import REPO_ROOT, child_database_url
+from testkit.peers.reference_service import read_acts, running_server
+from testkit.processes import armed_env
 
 pytestmark = pytest.mark.slow
 AGENTS = 8
@@ -42,7 +42,7 @@ def test_eight_processes_one_effect_one_send_and_every_receipt_committed(
     lease = leased(tenant, "case_1", ACTION)
     world = tmp_path / "world.json"
     world.write_text(json.dumps({"refund_status": "succeeded"}))
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
+    env = armed_env(None)
     with (
         running_notary(child_database_url(), tmp_path) as notary,
         running_server(tmp_path / "store", dedupe=False, lookup=False) as service,
@@ -53,7 +53,7 @@ def test_eight_processes_one_effect_one_send_and_every_receipt_committed(
         args += ["--notary-token", token, "--tenant", tenant.slug, "--lease", lease.lease_id]
         agents = [
             subprocess.Popen(
-                [sys.executable, "-m", "tests.gate_client.agent_process", *args],
+                [sys.executable, "-m", "testkit.agents.agent_process", *args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=subprocess.PIPE,

@@ -22,9 +22,9 @@ from gate_client.targets import Found, InDoubt, LookupOutcome, SendOutcome, Sent
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Lease, Tenant
-from tests.conftest import child_database_url
-from tests.notary.effects import leased
-from tests.notary_server import free_port, running_notary
+from testkit.factories import leased
+from testkit.notary_server import free_port, running_notary
+from testkit.paths import child_database_url
 
 pytestmark = pytest.mark.slow
 EVIDENCE_WINDOW = timedelta(milliseconds=500)

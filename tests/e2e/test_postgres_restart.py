@@ -33,10 +33,11 @@ from typing import Any
 import pytest
 
 from gate_client.receipts import check_chain, derive_receipt, verify_receipt
-from gate_client.reference_service import RunningServer, read_acts, running_server
 from ledger.core.entries import Entry, EntryKind, entry_from_leaf
-from tests.conftest import REPO_ROOT
-from tests.notary_server import free_port, running_notary
+from testkit.notary_server import free_port, running_notary
+from testkit.paths import REPO_ROOT
+from testkit.peers.reference_service import RunningServer, read_acts, running_server
+from testkit.processes import armed_env
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +137,7 @@ def private_cluster() -> Iterator[Cluster]:
 
 
 def django_env(database_url: str, var_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "INTERLOCK_CRASH_AT")}
+    env = armed_env(None, drop=("REDIS_URL",))
     env.update(
         DJANGO_SETTINGS_MODULE="notary.settings",
         DATABASE_URL=database_url,
@@ -203,7 +204,7 @@ class Agents:
 def started_agents(
     setup: dict[str, Any], url: str, refunds: RunningServer, notes: RunningServer, work: Path
 ) -> Iterator[Agents]:
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
+    env = armed_env(None)
     agents = Agents([], [])
     try:
         for index in range(AGENTS):
@@ -212,7 +213,7 @@ def started_agents(
             stderr = work / f"agent-{index}.err"
             agents.stderr.append(stderr)
             command = [
-                sys.executable, "-m", "tests.e2e.restart_agent", "agent",
+                sys.executable, "-m", "testkit.agents.restart_agent", "agent",
                 "--index", str(index), "--notary", url, "--token", setup["tokens"][index],
                 "--tenant", setup["tenant"], "--refunds-url", refunds.url,
                 "--notes-url", notes.url, "--leases", str(leases),
@@ -250,7 +251,7 @@ def test_a_postgres_restart_mid_stream_loses_nothing_and_acts_nothing_twice(
         setup = json.loads(
             django_child(
                 env,
-                *("-m", "tests.e2e.restart_agent", "setup"),
+                *("-m", "testkit.agents.restart_agent", "setup"),
                 *("--agents", str(AGENTS), "--cases", str(CASES)),
             )
         )
@@ -284,7 +285,7 @@ def test_a_postgres_restart_mid_stream_loses_nothing_and_acts_nothing_twice(
             reports = agents.stop_and_recover(tmp_path / "stop")
             acts = {"refunds": read_acts(refunds.store), "notes": read_acts(notes.store)}
 
-        dumped = json.loads(django_child(env, "-m", "tests.e2e.restart_agent", "dump",
+        dumped = json.loads(django_child(env, "-m", "testkit.agents.restart_agent", "dump",
                                          "--tenant", setup["tenant"]))  # fmt: skip
 
     ledger = [entry_from_leaf(base64.b64decode(leaf)) for leaf in dumped["leaves"]]

@@ -21,17 +21,18 @@ from gate_client.faults import CrashPoint
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
-from tests.conftest import child_database_url
-from tests.gate_client.adapters import email_agent
-from tests.gate_client.test_crash_matrix import run_agent, set_refund_status
-from tests.notary.effects import leased, register
-from tests.notary_server import running_notary
-from tests.peers.resend_server import running_resend
-from tests.webhooks.signing import new_secret
+from testkit.agents import email_agent
+from testkit.crash_matrix import set_refund_status
+from testkit.factories import leased, register
+from testkit.notary_server import running_notary
+from testkit.paths import child_database_url
+from testkit.peers.resend_server import running_resend
+from testkit.processes import spawn_armed
+from testkit.webhook_signing import new_secret
 from webhooks import services as webhook_services
 
 pytestmark = pytest.mark.slow
-AGENT = "tests.gate_client.adapters.email_agent"
+AGENT = "testkit.agents.email_agent"
 
 
 def receipt_of(url: str, token: str, effect_id: str) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def test_a_killed_sender_is_settled_by_resends_webhooks_alone(
             args = ["--resend", resend_server.url, "--case", case_id, "--world", str(world)]
             args += ["--system", "interlock_notary", "--notary", url, "--notary-token", token]
             args += ["--tenant", tenant.slug, "--lease", lease.lease_id]
-            killed = run_agent(["submit", *args], CrashPoint.AFTER_TARGET_ACTED, module=AGENT)
+            killed = spawn_armed(AGENT, ["submit", *args], CrashPoint.AFTER_TARGET_ACTED)
             assert killed.returncode == -9, killed.stderr
             assert len(resend_server.emails(tag=(TAG, effect_id))) == 1
 
@@ -109,6 +110,6 @@ def test_a_killed_sender_is_settled_by_resends_webhooks_alone(
 
 def recover(args: list[str]) -> list[dict[str, Any]]:
     """A new agent process runs recover(); the receipts it printed."""
-    restarted = run_agent(["recover", *args], None, module=AGENT)
+    restarted = spawn_armed(AGENT, ["recover", *args], None)
     assert restarted.returncode == 0, restarted.stderr
     return [json.loads(line) for line in restarted.stdout.splitlines()]

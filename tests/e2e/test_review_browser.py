@@ -24,7 +24,7 @@ from ledger.selectors import iter_entries
 from notary import services
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import Effect
-from tests.notary.effects import dispatched, register
+from testkit.factories import dispatched, register
 
 pytestmark = pytest.mark.slow
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")

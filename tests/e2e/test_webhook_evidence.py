@@ -19,18 +19,20 @@ import pytest
 
 from gate_client.faults import CrashPoint
 from gate_client.receipts import derive_receipt
-from gate_client.reference_service import read_acts, running_server
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
 from notary.models import Effect
-from tests.celery_worker import running_worker
-from tests.conftest import REPO_ROOT, child_database_url
-from tests.gate_client.agent_process import ACTION, TARGET, effect_id
-from tests.gate_client.test_crash_matrix import run_agent, set_refund_status
-from tests.notary.effects import INSTANT, dispatched, leased, register
-from tests.notary_server import free_port, running_notary
-from tests.webhooks.signing import body_of, new_secret, signed_headers, stripe_refund_event
+from testkit.agents import AGENT_PROCESS
+from testkit.agents.agent_process import ACTION, TARGET, effect_id
+from testkit.celery_worker import running_worker
+from testkit.crash_matrix import set_refund_status
+from testkit.factories import INSTANT, dispatched, leased, register
+from testkit.notary_server import free_port, running_notary
+from testkit.paths import REPO_ROOT, child_database_url
+from testkit.peers.reference_service import read_acts, running_server
+from testkit.processes import spawn_armed
+from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
 from webhooks import services as webhook_services
 from webhooks.models import Ingestion, RawEvent
 
@@ -69,7 +71,8 @@ def test_a_tier_3_effect_killed_after_the_send_is_settled_by_the_webhook(
         gate_args += ["--notary", url, "--notary-token", agent_token]
         gate_args += ["--tenant", tenant.slug, "--lease", lease.lease_id]
         common = ["--url", mail_service.url, "--case", case_id]
-        killed = run_agent(
+        killed = spawn_armed(
+            AGENT_PROCESS,
             ["submit", *gate_args, *common, "--text", "Your refund is on the way"],
             CrashPoint.AFTER_TARGET_ACTED,
         )
@@ -87,7 +90,7 @@ def test_a_tier_3_effect_killed_after_the_send_is_settled_by_the_webhook(
         )
         assert posted.status_code == 200, posted.text
 
-        restarted = run_agent(["recover", *gate_args, *common], None)
+        restarted = spawn_armed(AGENT_PROCESS, ["recover", *gate_args, *common], None)
         assert restarted.returncode == 0, restarted.stderr
         assert restarted.stdout == ""  # nothing left to recover: the webhook settled it
         receipt = httpx.get(

@@ -29,16 +29,18 @@ from gate_client.journal import DispatchRequest
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Proposal
 from gate_client.receipts import Receipt, derive_receipt, verify_receipt
-from gate_client.reference_service import RunningServer, running_server
 from ledger.core.entries import Entry, EntryKind
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Tenant
-from tests.conftest import child_database_url
-from tests.gate_client.agent_process import ACTION, TARGET, effect_id, payload, refund_premise
-from tests.gate_client.test_crash_matrix import receipts, run_agent, set_refund_status
-from tests.notary.effects import leased
-from tests.notary_server import running_notary
+from testkit.agents import AGENT_PROCESS
+from testkit.agents.agent_process import ACTION, TARGET, effect_id, payload, refund_premise
+from testkit.crash_matrix import receipts, set_refund_status
+from testkit.factories import leased
+from testkit.notary_server import running_notary
+from testkit.paths import child_database_url
+from testkit.peers.reference_service import RunningServer, running_server
+from testkit.processes import spawn_armed
 
 pytestmark = pytest.mark.slow
 
@@ -204,11 +206,13 @@ def committed_by_the_resend(receipt: dict[str, Any]) -> None:
 
 def test_killed_before_the_request_left_recovery_resends_once(live: Live) -> None:
     case = new_case(live, "case-dispatched")
-    worker = run_agent(case.agent("submit", "--text", TEXT), CrashPoint.AFTER_DISPATCHED)
+    worker = spawn_armed(
+        AGENT_PROCESS, case.agent("submit", "--text", TEXT), CrashPoint.AFTER_DISPATCHED
+    )
     assert worker.returncode == -9, worker.stderr
     assert case.acts() == []
 
-    restarted = run_agent(case.agent("recover"), None)
+    restarted = spawn_armed(AGENT_PROCESS, case.agent("recover"), None)
     assert restarted.returncode == 0, restarted.stderr
     receipt = only(restarted.stdout, "recover")
     committed_by_the_resend(receipt)
@@ -229,13 +233,15 @@ def test_killed_after_the_service_acted_it_is_settled_on_its_attestation_never_r
     live: Live,
 ) -> None:
     case = new_case(live, "case-acted")
-    worker = run_agent(case.agent("submit", "--text", TEXT), CrashPoint.AFTER_TARGET_ACTED)
+    worker = spawn_armed(
+        AGENT_PROCESS, case.agent("submit", "--text", TEXT), CrashPoint.AFTER_TARGET_ACTED
+    )
     assert worker.returncode == -9, worker.stderr
     [act] = case.acts()
 
     # Whether recover() still finds it in flight depends on how soon the service's `performed`
     # attestation lands; either way the resubmitted case gets the standing receipt.
-    restarted = run_agent(case.agent("recover", "--resubmit", TEXT), None)
+    restarted = spawn_armed(AGENT_PROCESS, case.agent("recover", "--resubmit", TEXT), None)
     assert restarted.returncode == 0, restarted.stderr
     printed = [r["final_state"] for _, r in receipts(restarted.stdout)]
     assert printed and set(printed) == {"COMMITTED_ON_EVIDENCE"}, printed
@@ -271,7 +277,7 @@ def test_a_request_arriving_after_max_inflight_is_refused_by_the_service(
     assert case.acts() == []
     assert case.kinds() == ["PROPOSED", "DISPATCHED"], "a refused attestation records nothing"
 
-    restarted = run_agent(case.agent("recover"), None)
+    restarted = spawn_armed(AGENT_PROCESS, case.agent("recover"), None)
     assert restarted.returncode == 0, restarted.stderr
     receipt = only(restarted.stdout, "recover")
     if change == "none":
@@ -326,12 +332,14 @@ def test_an_intent_with_nothing_after_it_is_ambiguous_until_the_service_says_it_
     AMBIGUOUS and resends nothing; the late `performed` attestation settles it, no person."""
     case = new_case(live, "case-intent")
     live.service.skip_next_performed(case.effect_id)
-    worker = run_agent(case.agent("submit", "--text", TEXT), CrashPoint.AFTER_TARGET_ACTED)
+    worker = spawn_armed(
+        AGENT_PROCESS, case.agent("submit", "--text", TEXT), CrashPoint.AFTER_TARGET_ACTED
+    )
     assert worker.returncode == -9, worker.stderr
     [act] = case.acts()
     assert case.observed() == ["intent"]
 
-    restarted = run_agent(case.agent("recover"), None)
+    restarted = spawn_armed(AGENT_PROCESS, case.agent("recover"), None)
     assert restarted.returncode == 0, restarted.stderr
     receipt = only(restarted.stdout, "recover")
     assert (receipt["final_state"], receipt["happened"]) == ("AMBIGUOUS", "unknown")

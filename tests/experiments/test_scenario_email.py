@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments.scenario_email import QUICK_CELLS, run
-from tests.conftest import child_database_url
+from testkit.paths import child_database_url
 
 pytestmark = pytest.mark.slow
 

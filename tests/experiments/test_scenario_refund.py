@@ -11,7 +11,7 @@ import pytest
 
 from experiments import scenario_refund
 from experiments.harness import Cell, Scenario
-from tests.conftest import child_database_url
+from testkit.paths import child_database_url
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from gate_client.protocol import AGENT_VERDICT_KINDS
 from gate_client.receipts import Receipt, verify_receipt
 from gate_client.targets import Tier
 from ledger.core.entries import Entry, EntryKind
-from tests.gate_client.faulty import (
+from testkit.faulty import (
     EFFECTFUL,
     Calls,
     Failure,
@@ -35,7 +35,7 @@ from tests.gate_client.faulty import (
     FaultyJournal,
     FaultyTarget,
 )
-from tests.gate_client.world import ServiceTarget, SimulatedCrash
+from testkit.world import ServiceTarget, SimulatedCrash
 
 ORIGIN = "gate.local/journal"
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -20,8 +20,8 @@ from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from gate_client.targets import InDoubt, Tier
 from ledger.core.entries import EntryKind
-from tests.gate_client.seed_tables import SEED_EMAIL_TABLE
-from tests.gate_client.world import ServiceTarget, SimulatedCrash
+from testkit.seed_tables import SEED_EMAIL_TABLE
+from testkit.world import ServiceTarget, SimulatedCrash
 
 ORIGIN = "gate.local/journal"
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

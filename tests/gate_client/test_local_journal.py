@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gate_client.faults import CrashPoint
 from gate_client.journal import (
     AttemptTaken,
     DispatchRequest,
@@ -21,12 +22,15 @@ from gate_client.journal import (
 )
 from gate_client.leases import Lease
 from ledger.core.entries import Entry, EntryKind, genesis_hash
-from tests.conftest import REPO_ROOT
+from testkit.paths import REPO_ROOT
+from testkit.processes import spawn_armed
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LEASE = Lease(
     "lease_1", "case_1", "refund", NOW + timedelta(hours=1), "support", {"amount_cents": 2000}
 )
+
+JOURNAL_PROCESS = "testkit.agents.journal_process"
 
 
 def dispatch(journal: LocalJournal, attempt: int = 1, **overrides: Any) -> Entry:
@@ -156,7 +160,7 @@ def test_leases_are_granted_once_and_revoked_only_if_they_exist(tmp_path: Path) 
 def _children(path: Path, commands: list[list[str]]) -> list[str]:
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.gate_client.journal_process", role, str(path), *rest],
+            [sys.executable, "-m", JOURNAL_PROCESS, role, str(path), *rest],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -228,30 +232,14 @@ def test_a_crash_point_kills_the_process_with_sigkill_and_the_journal_keeps_what
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "journal"
-    env = {**os.environ, "INTERLOCK_CRASH_AT": "after_proposed"}
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.gate_client.journal_process", "crash", str(path)],
-        cwd=REPO_ROOT,
-        env=env,
-        input="go\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
+    child = spawn_armed(
+        JOURNAL_PROCESS, ["crash", str(path)], CrashPoint.AFTER_PROPOSED, stdin="go\n"
     )
     assert child.returncode == -signal.SIGKILL
     assert "not killed" not in child.stdout
     assert [e.kind for e in LocalJournal(path).entries()] == ["PROPOSED"]
 
-    unarmed = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.gate_client.journal_process", "crash", str(tmp_path / "j2")],
-        cwd=REPO_ROOT,
-        env=unarmed,
-        input="go\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    child = spawn_armed(JOURNAL_PROCESS, ["crash", str(tmp_path / "j2")], None, stdin="go\n")
     assert child.returncode == 0
     assert "not killed" in child.stdout
 

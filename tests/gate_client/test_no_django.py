@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from testkit.paths import REPO_ROOT
 
 MODULES = [
     "gate_client",
@@ -36,7 +36,7 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.receipts import verify_receipt
-from tests.gate_client.world import ServiceTarget
+from testkit.world import ServiceTarget
 
 journal = LocalJournal({str(tmp_path)!r} + "/journal")
 journal.grant_lease(Lease("l1", "c1", "email", datetime.now(UTC) + timedelta(hours=1), "ops"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from testkit.paths import REPO_ROOT
 
 AGENT = textwrap.dedent(
     """

@@ -22,7 +22,7 @@ from ledger.core.checkpoint import log_verifier, open_checkpoint, parse_tlog_pro
 from ledger.core.note import Signer
 from ledger.core.verify import verify_log
 from ledger.models import Checkpoint, Entry, Log
-from tests.conftest import REPO_ROOT, child_database_url
+from testkit.paths import REPO_ROOT, child_database_url
 
 WRITERS = 6
 OTHER_WRITERS = 2
@@ -34,7 +34,7 @@ def run_children(commands: list[list[str]], env: dict[str, str]) -> list[tuple[i
     """Start every child, wait until all are connected, release them together, collect them."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.ledger.writer_process", *command],
+            [sys.executable, "-m", "testkit.agents.ledger_writer", *command],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.PIPE,

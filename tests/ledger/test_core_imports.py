@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from testkit.paths import REPO_ROOT
 
 CORE_MODULES = [
     "ledger.core.canonical",

@@ -13,7 +13,7 @@ from ledger import selectors, services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.note import Signer
 from ledger.models import Log
-from tests.ledger.conftest import run_goverify
+from testkit.goverify import run_goverify
 
 SIZES = [1, 2, 3, 7, 8, 13, 32, 33, 64, 70]
 

@@ -21,7 +21,7 @@ from ledger.core.note import Signer, parse_skey, parse_vkey
 from ledger.keys import load_signing_key
 from ledger.models import Checkpoint, Log, SigningKey
 from ledger.tasks import sign_due_checkpoints
-from tests.ledger.conftest import run_goverify
+from testkit.goverify import run_goverify
 
 
 def run(name: str, *args: str) -> str:

@@ -12,7 +12,7 @@ from ledger.core.checkpoint import log_verifier, open_checkpoint
 from ledger.core.note import Signer
 from ledger.models import Checkpoint, Log
 from ledger.tasks import sign_due_checkpoints
-from tests.celery_worker import running_worker
+from testkit.celery_worker import running_worker
 
 
 def test_sign_due_checkpoints_signs_logs_that_grew_and_is_safe_to_rerun(

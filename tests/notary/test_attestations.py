@@ -13,7 +13,7 @@ from gate_client.receipts import derive_receipt
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Effect, Tenant
-from tests.notary.effects import dispatched
+from testkit.factories import dispatched
 
 
 def attest(tenant: Tenant, effect_id: str, stage: str, reference: str = "") -> str:

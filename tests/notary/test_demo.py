@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from testkit.paths import REPO_ROOT
 
 
 def manage(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

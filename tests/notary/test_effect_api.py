@@ -23,7 +23,7 @@ from ledger.core.note import Signer
 from ledger.models import Log
 from notary import services
 from notary.models import Effect, Tenant
-from tests.notary.conftest import client_for
+from testkit.factories import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ in one request), eight at once, and for that round trip racing plain dispatches.
 revoking a lease while an agent dispatches under it leaves a ledger whose order alone says
 whether the lease was live when the effect fired: either DISPATCHED precedes LEASE_REVOKED and
 the receipt says authorized, or the dispatch was refused and nothing was recorded for it. The
-clients are separate interpreters (tests.notary.http_racer), released together for each round."""
+clients are separate interpreters (testkit.agents.http_racer), released together for each round."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from ledger.core.entries import Entry, EntryKind
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import ApiKey, Effect, Tenant
-from tests.conftest import REPO_ROOT, child_database_url
-from tests.notary_server import running_notary
+from testkit.notary_server import running_notary
+from testkit.paths import REPO_ROOT, child_database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -124,7 +124,7 @@ class Racers:
         for token in tokens:
             self.children.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tests.notary.http_racer", url, token],
+                    [sys.executable, "-m", "testkit.agents.http_racer", url, token],
                     cwd=REPO_ROOT,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,

@@ -17,8 +17,8 @@ import yaml
 from django.core.management import get_commands
 
 from notary.celery import app
-from tests.conftest import REPO_ROOT
-from tests.notary_server import free_port
+from testkit.notary_server import free_port
+from testkit.paths import REPO_ROOT
 
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 

@@ -8,7 +8,7 @@ import pytest
 
 from notary import selectors, services
 from notary.models import Effect, Tenant
-from tests.notary.effects import dispatched, register
+from testkit.factories import dispatched, register
 
 pytestmark = pytest.mark.django_db
 

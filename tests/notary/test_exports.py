@@ -25,8 +25,7 @@ from notary import services
 from notary.exports import export_receipts
 from notary.groups import AUDITORS
 from notary.models import Tenant
-from tests.notary.conftest import client_for
-from tests.notary.effects import dispatched, register
+from testkit.factories import client_for, dispatched, register
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from ledger import selectors as ledger_selectors
 from notary.models import Tenant
-from tests.notary.conftest import client_for
+from testkit.factories import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from ledger.core.note import Signer
 from ledger.keys import load_signing_key
 from ledger.models import Checkpoint, Log
 from notary.models import Role, Tenant
-from tests.notary.conftest import client_for
+from testkit.factories import client_for
 
 pytestmark = pytest.mark.django_db
 

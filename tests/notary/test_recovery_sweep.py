@@ -15,14 +15,14 @@ from django.utils import timezone
 
 from gate_client.http_target import HttpTarget
 from gate_client.receipts import derive_receipt
-from gate_client.reference_service import RunningServer, read_acts, running_server
 from gate_client.targets import Sent, Tier
 from ledger.selectors import iter_entries
 from notary import selectors, services
 from notary.models import Effect, Tenant
 from notary.tasks import settle_in_flight_effect, sweep_in_flight
-from tests.celery_worker import running_worker
-from tests.notary.effects import INSTANT, dispatched, register
+from testkit.celery_worker import running_worker
+from testkit.factories import INSTANT, dispatched, register
+from testkit.peers.reference_service import RunningServer, read_acts, running_server
 
 
 @pytest.fixture

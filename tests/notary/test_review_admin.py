@@ -17,7 +17,7 @@ from notary import services
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import ApiKey, Effect, Lease, Tenant
 from notary.selectors import api_key_for_token
-from tests.notary.effects import dispatched, register
+from testkit.factories import dispatched, register
 
 pytestmark = pytest.mark.django_db
 

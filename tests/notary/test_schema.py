@@ -28,7 +28,7 @@ from gate_client.proposal import Proposal
 from notary import services
 from notary.models import Tenant
 from notary.wsgi import application
-from tests.notary.effects import leased
+from testkit.factories import leased
 
 # Committed rows, not a test transaction: a request that breaks its transaction must not turn
 # every later request into a 500.

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from notary.models import Target, Tenant
-from tests.notary.conftest import client_for
+from testkit.factories import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -17,11 +17,10 @@ from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
 from notary.models import Effect, Tenant
-from tests.conftest import child_database_url
-from tests.notary.conftest import client_for
-from tests.notary.effects import INSTANT, dispatched, register
-from tests.notary_server import free_port, running_notary
-from tests.webhooks.signing import (
+from testkit.factories import INSTANT, client_for, dispatched, register
+from testkit.notary_server import free_port, running_notary
+from testkit.paths import child_database_url
+from testkit.webhook_signing import (
     as_headers,
     body_of,
     new_secret,

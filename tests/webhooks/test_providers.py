@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.webhooks.signing import (
+from testkit.webhook_signing import (
     as_headers,
     body_of,
     new_secret,

@@ -14,8 +14,8 @@ from django.db import DatabaseError, transaction
 from django.test import Client
 
 from notary.models import Tenant
-from tests.notary.effects import dispatched, register
-from tests.webhooks.signing import body_of, new_secret, signed_headers, stripe_refund_event
+from testkit.factories import dispatched, register
+from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
 from webhooks import services
 from webhooks.models import Endpoint, Ingestion, RawEvent
 

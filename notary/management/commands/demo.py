@@ -12,7 +12,6 @@ import argparse
 import base64
 import io
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -42,7 +41,6 @@ from gate_client.http_target import HttpTarget
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, derive_receipt
-from gate_client.reference_service import read_acts, running_server
 from gate_client.targets import Tier
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier, parse_tlog_proof
@@ -52,6 +50,8 @@ from ledger.keys import load_signing_key, write_signing_key
 from ledger.selectors import signing_keys
 from notary import services
 from notary.models import Tenant
+from testkit.peers.reference_service import read_acts, running_server
+from testkit.processes import armed_env
 from webhooks import services as webhook_services
 
 DEMO_DOMAIN = "demo.interlock.example"
@@ -365,13 +365,10 @@ def _print(receipt: Receipt) -> None:
 def _run_agent(
     role: str, args: list[str], *, crash_at: CrashPoint | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
-    if crash_at is not None:
-        env["INTERLOCK_CRASH_AT"] = crash_at.value
     return subprocess.run(
         [sys.executable, "manage.py", "demo", "--agent", role, *args],
         cwd=settings.BASE_DIR,
-        env=env,
+        env=armed_env(crash_at),
         capture_output=True,
         text=True,
         timeout=120,

@@ -17,10 +17,10 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import Tier
-from tests.gate_client.adapters.gated_agent import Payments, case, lease
-from tests.gate_client.test_crash_matrix import run_agent
+from testkit.agents.gated_agent import Payments, case, lease
+from testkit.processes import spawn_armed
 
-AGENT = "tests.gate_client.adapters.gated_agent"
+AGENT = "testkit.agents.gated_agent"
 
 
 @pytest.fixture
@@ -206,9 +206,9 @@ def test_a_process_killed_after_the_function_returned_is_recovered_by_tier(
 ) -> None:
     args = [str(journal.path), str(tmp_path / "payments.jsonl")]
     args += ["--lookup"] if with_lookup else []
-    worker = run_agent(["submit", *args], CrashPoint.AFTER_RESPONSE, module=AGENT)
+    worker = spawn_armed(AGENT, ["submit", *args], CrashPoint.AFTER_RESPONSE)
     assert worker.returncode == -9, worker.stderr
-    restarted = run_agent(["recover", *args], None, module=AGENT)
+    restarted = spawn_armed(AGENT, ["recover", *args], None)
     assert restarted.returncode == 0, restarted.stderr
     assert json.loads(restarted.stdout) == [state]
     assert len(Payments(tmp_path / "payments.jsonl").acts()) == 1

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
-from tests.peers.resend_server import running_resend
+from testkit.paths import REPO_ROOT
+from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
+from testkit.peers.resend_server import running_resend
 
 EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
 

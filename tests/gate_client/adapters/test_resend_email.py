@@ -18,11 +18,12 @@ from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.targets import FailedDefinitively, Found, NotFound, Sent, Unknown
-from tests.gate_client.adapters import email_agent
-from tests.gate_client.test_crash_matrix import run_agent, set_refund_status
-from tests.peers.resend_server import RunningResend, running_resend
+from testkit.agents import email_agent
+from testkit.crash_matrix import set_refund_status
+from testkit.peers.resend_server import RunningResend, running_resend
+from testkit.processes import spawn_armed
 
-AGENT = "tests.gate_client.adapters.email_agent"
+AGENT = "testkit.agents.email_agent"
 
 
 @pytest.fixture
@@ -130,7 +131,7 @@ def gate_args(server: RunningResend, tmp_path: Path, case_id: str, system: str) 
 
 def recovered(args: list[str]) -> list[str]:
     """A new process recovers; the final states it reports."""
-    restarted = run_agent(["recover", *args], None, module=AGENT)
+    restarted = spawn_armed(AGENT, ["recover", *args], None)
     assert restarted.returncode == 0, restarted.stderr
     return [json.loads(line)["final_state"] for line in restarted.stdout.splitlines()]
 
@@ -144,7 +145,7 @@ def test_the_seed_email_table(
     case_id = f"case-{system}-{fault}"
     crash, status_during_outage, _ = FAULTS[fault]
     args = gate_args(server, tmp_path, case_id, system)
-    assert run_agent(["submit", *args], crash, module=AGENT).returncode == -9
+    assert spawn_armed(AGENT, ["submit", *args], crash).returncode == -9
     set_refund_status(tmp_path / f"{case_id}.world", status_during_outage)
     assert recovered(args) == [SEED_TABLE[system][fault]]
     sent = server.emails(tag=(TAG, email_agent.effect_id(case_id)))
@@ -159,18 +160,15 @@ def test_past_the_key_window_the_gate_stops_resending_and_a_plain_retry_does_not
     same key then sends a second email, while the gate counts Resend as tier 3 and asks a person."""
     with running_resend(tmp_path / "emails.jsonl", key_window_seconds=1) as server:
         plain = ["plain", "--resend", server.url, "--case", "case-plain"]
-        assert run_agent(plain, CrashPoint.AFTER_TARGET_ACTED, module=AGENT).returncode == -9
+        assert spawn_armed(AGENT, plain, CrashPoint.AFTER_TARGET_ACTED).returncode == -9
         time.sleep(1.2)
-        assert run_agent(plain, None, module=AGENT).returncode == 0
+        assert spawn_armed(AGENT, plain, None).returncode == 0
         assert (
             len(server.emails(tag=None, idempotency_key=email_agent.effect_id("case-plain"))) == 2
         )
 
         args = [*gate_args(server, tmp_path, "case-gate", "interlock"), "--key-window", "1"]
-        assert (
-            run_agent(["submit", *args], CrashPoint.AFTER_TARGET_ACTED, module=AGENT).returncode
-            == -9
-        )
+        assert spawn_armed(AGENT, ["submit", *args], CrashPoint.AFTER_TARGET_ACTED).returncode == -9
         time.sleep(1.2)
         assert recovered(args) == ["AMBIGUOUS"]
         assert len(server.emails(tag=(TAG, email_agent.effect_id("case-gate")))) == 1

@@ -25,11 +25,11 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.targets import FailedDefinitively, Found, NotFound, Sent, Tier, Unknown
-from tests.gate_client.adapters import refund_agent
-from tests.gate_client.test_crash_matrix import run_agent
-from tests.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
+from testkit.agents import refund_agent
+from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
+from testkit.processes import spawn_armed
 
-AGENT = "tests.gate_client.adapters.refund_agent"
+AGENT = "testkit.agents.refund_agent"
 PAYMENT_CENTS = 10_000
 REFUND_CENTS = 2_000
 
@@ -134,10 +134,10 @@ def crash_then_recover(
     Returns the first process's exit code and the recovered receipt."""
     common = ["--stripe", localstripe_url, "--payment", payment, "--case", case_id]
     common += ["--amount", str(REFUND_CENTS), "--journal", str(journal)]
-    worker = run_agent(["submit", *common], crash, module=AGENT)
+    worker = spawn_armed(AGENT, ["submit", *common], crash)
     if during_outage is not None:
         during_outage()
-    restarted = run_agent(["recover", *common], None, module=AGENT)
+    restarted = spawn_armed(AGENT, ["recover", *common], None)
     assert restarted.returncode == 0, restarted.stderr
     [receipt] = [json.loads(line) for line in restarted.stdout.splitlines()]
     return worker.returncode, receipt
@@ -178,8 +178,8 @@ def test_a_plain_retry_with_a_key_refunds_twice_where_the_gate_refunds_once(
     plain_payment = paid_intent(client, PAYMENT_CENTS)
     args = ["plain", "--stripe", localstripe_url, "--payment", plain_payment]
     args += ["--case", "case-plain", "--amount", str(REFUND_CENTS)]
-    assert run_agent(args, CrashPoint.AFTER_TARGET_ACTED, module=AGENT).returncode == -9
-    assert run_agent(args, None, module=AGENT).returncode == 0
+    assert spawn_armed(AGENT, args, CrashPoint.AFTER_TARGET_ACTED).returncode == -9
+    assert spawn_armed(AGENT, args, None).returncode == 0
     assert len(refunds_of(client, plain_payment)) == 2
 
     gated_payment = paid_intent(client, PAYMENT_CENTS)

@@ -8,23 +8,15 @@ the journal file opened anew). What the service did is read from its own store, 
 journal. ActivityEnvironment supplies the activity's context (info, heartbeat, cancellation) but
 no server: what Temporal then does with a result or an error (retry or not, the workflow's
 ActivityError) is checked only as far as its converters, which the tests run.
-
-    python -m tests.gate_client.adapters.test_temporal JOURNAL URL --tier N [--queryable]
-        --workflow-id ID --attempt N --text TEXT
-
-is the child: it runs one attempt, printing the effect id it proposes and then its outcome."""
+The child is testkit.agents.temporal_worker."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
-import os
 import secrets
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, closing
@@ -33,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.api.failure.v1 import Failure
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError, CancelledError
@@ -42,82 +33,27 @@ from temporalio.testing import ActivityEnvironment
 from gate_client.adapters.temporal import (
     activity_case_id,
     heartbeating_sleep,
-    submit_in_activity,
 )
 from gate_client.faults import CrashPoint
-from gate_client.gate import Gate
 from gate_client.http_target import HttpTarget
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.receipts import Receipt, derive_receipt, verify_receipt
-from gate_client.reference_service import RunningServer, running_server
 from gate_client.targets import SendOutcome, Tier
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-ORIGIN = "gate.local/journal"
-TARGET = "email"
-ACTION = "refund_email"
-LEASE_ID = "lease_1"
-TEXT = "Your refund of $20 is on the way"
-MAX_INFLIGHT_SECONDS = 1.0
-# What each tier's service really does, and whether the gate is told it can be asked.
-SERVICES = {
-    Tier.DEDUPES: {"dedupe": True, "lookup": False},
-    Tier.LOOKUP: {"dedupe": False, "lookup": True},
-    Tier.NEITHER: {"dedupe": False, "lookup": False},
-}
-
-
-class RefundActivities:
-    """What a worker registers: its gate is built once, when the worker starts."""
-
-    def __init__(self, journal_path: Path, url: str, tier: Tier) -> None:
-        self.journal = LocalJournal(journal_path)
-        target = HttpTarget(
-            name=TARGET,
-            base_url=url,
-            tier=tier,
-            queryable=tier == Tier.LOOKUP,
-            key_window=timedelta(hours=24) if tier == Tier.DEDUPES else None,
-            max_inflight=timedelta(seconds=MAX_INFLIGHT_SECONDS),
-            timeout_seconds=MAX_INFLIGHT_SECONDS,
-        )
-        self.gate = Gate(self.journal, {TARGET: target}, sleep=heartbeating_sleep)
-        self.on_proposal: Callable[[Proposal], None] = lambda proposal: None
-
-    @activity.defn
-    def send_refund_email(self, text: str) -> dict[str, Any]:
-        proposal = Proposal(
-            case_id=activity_case_id(),
-            target=TARGET,
-            action=ACTION,
-            payload={"to": "customer@example.com", "text": text},
-            lease_id=LEASE_ID,
-        )
-        self.on_proposal(proposal)
-        return submit_in_activity(self.gate, proposal)
-
-    def close(self) -> None:
-        self.journal.close()
-
-
-def activity_env(
-    workflow_id: str, attempt: int, *, heartbeat_timeout: float = 10.0, run_id: str = "run-1"
-) -> ActivityEnvironment:
-    """The context Temporal gives attempt `attempt` of the workflow run's first activity."""
-    env = ActivityEnvironment()
-    env.info = dataclasses.replace(
-        env.info,
-        activity_id="1",
-        activity_type="send_refund_email",
-        attempt=attempt,
-        heartbeat_timeout=timedelta(seconds=heartbeat_timeout),
-        workflow_id=workflow_id,
-        workflow_run_id=run_id,
-        workflow_type="RefundWorkflow",
-    )
-    return env
+from testkit.agents.temporal_worker import (
+    ACTION,
+    LEASE_ID,
+    MAX_INFLIGHT_SECONDS,
+    ORIGIN,
+    SERVICES,
+    TARGET,
+    TEXT,
+    RefundActivities,
+    activity_env,
+)
+from testkit.peers.reference_service import RunningServer, running_server
+from testkit.processes import spawn_armed
 
 
 @dataclasses.dataclass
@@ -135,13 +71,9 @@ class Case:
 
     def crash_first_attempt(self, crash: CrashPoint) -> str:
         """Attempt 1 in a worker process that dies at `crash`; the effect id it proposed."""
-        env = {k: v for k, v in os.environ.items() if k != "INTERLOCK_CRASH_AT"}
-        env["INTERLOCK_CRASH_AT"] = crash.value
-        worker = subprocess.run(
+        worker = spawn_armed(
+            "testkit.agents.temporal_worker",
             [
-                sys.executable,
-                "-m",
-                "tests.gate_client.adapters.test_temporal",
                 str(self.journal_path),
                 self.server.url,
                 "--tier",
@@ -153,11 +85,7 @@ class Case:
                 "--text",
                 TEXT,
             ],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
+            crash,
         )
         assert worker.returncode == -9, worker.stderr
         [line] = [json.loads(line) for line in worker.stdout.splitlines()]
@@ -471,33 +399,3 @@ def test_a_cancel_that_arrives_mid_request_lands_after_the_answer_is_recorded(
     result, _ = case.attempt(2)
     assert result["receipt"]["final_state"] == "COMMITTED"
     assert len(case.acts()) == 1
-
-
-# --- the child: one attempt in its own worker process ---------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Run one attempt of the refund activity.")
-    parser.add_argument("journal", type=Path)
-    parser.add_argument("url")
-    parser.add_argument("--tier", type=int, choices=[t.value for t in Tier], required=True)
-    parser.add_argument("--workflow-id", required=True)
-    parser.add_argument("--attempt", type=int, required=True)
-    parser.add_argument("--text", required=True)
-    args = parser.parse_args(argv)
-    worker = RefundActivities(args.journal, args.url, Tier(args.tier))
-    worker.on_proposal = lambda proposal: print(
-        json.dumps({"effect_id": proposal.effect_id}), flush=True
-    )
-    try:
-        result = activity_env(args.workflow_id, args.attempt).run(
-            worker.send_refund_email, args.text
-        )
-    except ApplicationError as error:
-        print(json.dumps({"error": error.type, "details": list(error.details)}), flush=True)
-    else:
-        print(json.dumps({"result": result}), flush=True)
-
-
-if __name__ == "__main__":
-    main()

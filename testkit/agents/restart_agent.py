@@ -1,8 +1,8 @@
 """Child processes for the PostgreSQL restart test.
 
-    python -m tests.e2e.restart_agent setup --agents N --cases M
-    python -m tests.e2e.restart_agent dump --tenant SLUG
-    python -m tests.e2e.restart_agent agent --index I --notary URL --token TOKEN --tenant SLUG
+    python -m testkit.agents.restart_agent setup --agents N --cases M
+    python -m testkit.agents.restart_agent dump --tenant SLUG
+    python -m testkit.agents.restart_agent agent --index I --notary URL --token TOKEN --tenant SLUG
         --refunds-url URL --notes-url URL --leases FILE --stop-file FILE
 
 `setup` and `dump` are Django processes (DJANGO_SETTINGS_MODULE and DATABASE_URL from the

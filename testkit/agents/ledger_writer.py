@@ -1,6 +1,6 @@
 """A child process for the concurrency tests: its own interpreter, its own database connection.
 
-Run as ``python -m tests.ledger.writer_process ROLE ORIGIN ...`` with DJANGO_SETTINGS_MODULE and
+Run as ``python -m testkit.agents.ledger_writer ROLE ORIGIN ...`` with DJANGO_SETTINGS_MODULE and
 DATABASE_URL in the environment. It sets Django up and connects, prints ``ready``, and waits for one
 line on stdin, so the parent can release every child at the same moment.
 

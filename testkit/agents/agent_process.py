@@ -1,6 +1,6 @@
 """An agent process for the crash matrix, killed at a crash point and restarted by the harness.
 
-    python -m tests.gate_client.agent_process ROLE [JOURNAL WORLD_FILE] --url URL --case CASE ...
+    python -m testkit.agents.agent_process ROLE [JOURNAL WORLD_FILE] --url URL --case CASE ...
 
     submit JOURNAL WORLD_FILE --tier N [--queryable] [--attests-before-acting] --text TEXT [NOTARY]
     recover JOURNAL WORLD_FILE --tier N [--queryable] [--attests-before-acting] [--resubmit TEXT]

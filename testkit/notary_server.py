@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -12,7 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from testkit.paths import REPO_ROOT
+from testkit.processes import armed_env
 
 
 def free_port() -> int:
@@ -55,7 +55,7 @@ def running_notary(
     Its errors go to gunicorn.log in `var_dir`."""
     port = free_port()
     env = {
-        **{k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "INTERLOCK_CRASH_AT")},
+        **armed_env(None, drop=("REDIS_URL",)),
         "DJANGO_SETTINGS_MODULE": "notary.settings",
         "DATABASE_URL": database_url,
         "NOTARY_VAR_DIR": str(var_dir),

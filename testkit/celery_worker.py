@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from notary.celery import app
-from tests.conftest import REPO_ROOT, child_database_url
+from testkit.paths import REPO_ROOT, child_database_url
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """A child process for the effect concurrency tests: one HTTP client of a running notary.
 
-    python -m tests.notary.http_racer BASE_URL TOKEN
+    python -m testkit.agents.http_racer BASE_URL TOKEN
 
 It opens its connection (``GET /healthz``), prints ``ready`` and then, for each line on stdin —
 ``{"method", "path", "json", "delay_ms"}`` — sleeps ``delay_ms`` (default 0), sends the request

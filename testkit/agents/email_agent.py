@@ -1,7 +1,7 @@
 """An agent process that emails "your refund is on the way" through Resend's SDK, killed at a
 crash point and restarted: the seed's email scenario, against the local Resend.
 
-    python -m tests.gate_client.adapters.email_agent ROLE --resend URL --case CASE
+    python -m testkit.agents.email_agent ROLE --resend URL --case CASE
         --world WORLD_FILE --system SYSTEM [--journal PATH | NOTARY] [--key-window S]
 
 ROLE is `submit`, `recover` (a new process runs recover()) or `plain` (no gate: the SDK's send
@@ -30,7 +30,7 @@ from gate_client.journal import Journal, LocalJournal
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Proposal
 from gate_client.targets import Tier
-from tests.gate_client.agent_process import refund_premise
+from testkit.agents.agent_process import refund_premise
 
 TARGET = "email"
 ACTION = "refund_email"

@@ -1,7 +1,7 @@
 """A local Resend: the documented email-sending contract, for the tests and the experiments of a
 Resend adapter, with the official `resend` SDK pointed at it through ``resend.api_url``.
 
-    python -m tests.peers.resend_server --store PATH [--key-window-seconds S]
+    python -m testkit.peers.resend_server --store PATH [--key-window-seconds S]
         [--send-delay-seconds S] [--verified-domain DOMAIN ...]
         [--webhook-url URL --webhook-secret whsec_... [--webhook-delay-seconds S]]
 
@@ -46,8 +46,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import svix.webhooks
 
-from gate_client.reference_service import LocalHTTPServer, post_control, serving
-from tests.notary_server import REPO_ROOT
+from testkit.notary_server import REPO_ROOT
+from testkit.peers.reference_service import LocalHTTPServer, post_control, serving
 
 MAX_RECIPIENTS = 50
 MAX_KEY_LENGTH = 256
@@ -530,7 +530,7 @@ def running_resend(
     command = [
         sys.executable,
         "-m",
-        "tests.peers.resend_server",
+        "testkit.peers.resend_server",
         "--store",
         str(store.resolve()),
         "--key-window-seconds",

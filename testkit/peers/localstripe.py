@@ -15,7 +15,7 @@ from pathlib import Path
 
 import stripe
 
-from tests.notary_server import free_port, wait_until_answering
+from testkit.notary_server import free_port, wait_until_answering
 
 TEST_CARD: stripe.params.PaymentMethodCreateParamsCard = {
     "number": "4242424242424242",

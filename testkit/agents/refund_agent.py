@@ -1,6 +1,6 @@
 """An agent process that refunds through Stripe's SDK, killed at a crash point and restarted.
 
-    python -m tests.gate_client.adapters.refund_agent ROLE --stripe URL --payment PI
+    python -m testkit.agents.refund_agent ROLE --stripe URL --payment PI
         --case CASE --amount CENTS [--journal PATH --tier N]
 
 ROLE is `submit` (the gate proposes and sends one refund), `recover` (a new process runs the
@@ -25,7 +25,7 @@ from gate_client.ids import effect_id_for
 from gate_client.journal import LocalJournal
 from gate_client.proposal import Proposal
 from gate_client.targets import Tier
-from tests.peers.localstripe import stripe_client
+from testkit.peers.localstripe import stripe_client
 
 TARGET = "stripe_refunds"
 ACTION = "refund"

@@ -1,7 +1,7 @@
 """A reference service speaking HttpTarget's contract: the crash matrix, the experiments and
 the demo send effects to it, and an agent's own integration tests can too.
 
-    python -m gate_client.reference_service --store PATH [--dedupe] [--lookup]
+    python -m testkit.peers.reference_service --store PATH [--dedupe] [--lookup]
         [--attest NOTARY_URL --attest-token TOKEN]
 
 prints its port on stdout once it listens on 127.0.0.1. Its ground truth is its own store: one
@@ -342,7 +342,7 @@ def running_server(
     flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
     if attest is not None and attest_token is not None:
         flags += ["--attest", attest, "--attest-token", attest_token]
-    command = [sys.executable, "-m", "gate_client.reference_service", "--store", str(store)]
+    command = [sys.executable, "-m", "testkit.peers.reference_service", "--store", str(store)]
     with serving([*command, *flags]) as url:
         yield RunningServer(url, store)
 

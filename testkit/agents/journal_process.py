@@ -1,4 +1,4 @@
-"""A child process for the journal tests: `python -m tests.gate_client.journal_process ROLE PATH`.
+"""A child process for the journal tests: `python -m testkit.agents.journal_process ROLE PATH`.
 
 It opens the journal, prints ``ready``, waits for one line on stdin (so the parent can release
 every child at once), then acts and prints what happened."""

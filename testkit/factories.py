@@ -1,5 +1,5 @@
-"""Effects as an agent leaves them, made through the notary's services: for tests that start
-where the agent stopped."""
+"""Tenants' things made through the notary's services: API clients for a role, targets, leases,
+and effects as an agent leaves them, for tests that start where the agent stopped."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from gate_client.proposal import Proposal
 from notary import services
@@ -67,3 +68,11 @@ def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
     )
     time.sleep(0.005)  # past the 1 ms in-flight window
     return proposal.effect_id
+
+
+def client_for(tenant: Tenant, role: str, holder: str) -> APIClient:
+    """An API client authenticated with a new key of `role` held by `holder`."""
+    _, token = services.api_key_issue(tenant=tenant, role=role, holder=holder)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client

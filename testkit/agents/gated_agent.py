@@ -1,6 +1,6 @@
 """A process that refunds through a @gated function, SIGKILLed at a crash point and restarted.
 
-    python -m tests.gate_client.adapters.gated_agent submit|recover JOURNAL STORE [--lookup]
+    python -m testkit.agents.gated_agent submit|recover JOURNAL STORE [--lookup]
 
 `submit` refunds order A1 once; `recover` runs the functions' recover() in a new process and
 prints the final states. The payment service is a file of acts (STORE): the ground truth."""

@@ -20,7 +20,7 @@ from gate_client.leases import Lease, LeaseState
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import Found, InDoubt, LookupOutcome, NotFound, SendOutcome, Unknown
 from ledger.core.entries import Entry, EntryKind
-from tests.gate_client.world import ServiceTarget, SimulatedCrash
+from testkit.world import ServiceTarget, SimulatedCrash
 
 T = TypeVar("T")
 

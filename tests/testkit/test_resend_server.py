@@ -20,7 +20,7 @@ import resend
 import svix.webhooks
 from resend.exceptions import ResendError
 
-from tests.peers.resend_server import RunningResend, running_resend
+from testkit.peers.resend_server import RunningResend, running_resend
 
 SECRET = "whsec_" + base64.b64encode(b"interlock-resend-peer-test-key").decode()
 
