@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
+from notary.errors import NotaryConflict
 from notary.exports import export_receipts
 from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, Target, Tenant
-from notary.services import NotaryConflict
 
 
 class AgeFilter(admin.SimpleListFilter):

@@ -11,6 +11,7 @@ from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from ledger.models import Log
 from notary.models import ApiKey, Tenant
 from notary.selectors import api_key_for_token
 
@@ -60,3 +61,11 @@ def role_required(*roles: str) -> type[BasePermission]:
             return isinstance(request.user, ApiKeyPrincipal) and request.user.role in roles
 
     return HasRole
+
+
+def caller_log(request: Request) -> Log:
+    """The log a caller reads through the ledger's API (settings.LEDGER_API_CALLER_LOG): its
+    tenant's own."""
+    principal = request.user
+    assert isinstance(principal, ApiKeyPrincipal)  # IsAuthenticated, and keys are the only auth
+    return principal.tenant.log

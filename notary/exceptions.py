@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from ledger.services import LedgerInputError
-from notary.services import NotaryConflict, NotaryInputError, NotaryNotFound
+from notary.errors import NotaryConflict, NotaryInputError, NotaryNotFound
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -32,8 +32,8 @@ from ledger.core.entries import format_timestamp
 from ledger.core.note import parse_vkey
 from ledger.models import Checkpoint, Entry
 from ledger.selectors import entries_at, latest_checkpoint, signing_keys, tlog_proofs
+from notary.errors import NotaryConflict
 from notary.models import Effect, Lease, Tenant
-from notary.services import NotaryConflict
 
 EXPORT_FORMAT = "interlock-receipts-export/v1"
 _CHUNK = 500

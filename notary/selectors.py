@@ -7,17 +7,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rest_framework.exceptions import NotFound
-
 from gate_client.protocol import Intent, Negative, evidence_answer
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.targets import Found
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
+from notary.errors import NotaryNotFound
 from notary.explain import explain
 from notary.models import ApiKey, Effect, Lease, Target, Tenant
-from notary.services import TOKEN_PREFIX, NotaryNotFound, secret_digest
+from notary.services import TOKEN_PREFIX, secret_digest
 
 
 def api_key_for_token(*, token: str) -> ApiKey | None:
@@ -42,7 +41,7 @@ def lease_get(*, tenant: Tenant, lease_id: str) -> Lease:
     """The tenant's lease; another tenant's lease does not exist for this caller."""
     lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
     if lease is None:
-        raise NotFound(f"no lease {lease_id!r}")
+        raise NotaryNotFound(f"no lease {lease_id!r}")
     return lease
 
 

@@ -51,6 +51,7 @@ from ledger.selectors import (
     iter_effect_histories,
 )
 from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
+from notary.errors import NotaryConflict, NotaryInputError, NotaryNotFound
 from notary.models import ApiKey, Effect, Lease, Role, Target, Tenant, Tier
 from notary.projection import effect_fields
 
@@ -58,24 +59,6 @@ TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # Target names as the adapters name them by default (resend_email, stripe_refunds).
 _TARGET_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
-
-
-class NotaryInputError(ValueError):
-    """The request is refused as given; nothing was written."""
-
-
-class NotaryNotFound(LookupError):
-    """No such record for this tenant (another tenant's records do not exist for it)."""
-
-
-class NotaryConflict(Exception):
-    """Well-formed, but the ledger's state refuses it now; nothing was written."""
-
-    def __init__(self, code: str, detail: str, **extra: Any) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
-        self.extra = extra
 
 
 def secret_digest(secret: str) -> str:

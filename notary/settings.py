@@ -128,6 +128,10 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+# The ledger's API (ledger.api) serves any log and knows no tenants: this names the function
+# giving the log an authenticated request reads (its tenant's own).
+LEDGER_API_CALLER_LOG = "notary.authentication.caller_log"
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Interlock notary",
     "DESCRIPTION": (

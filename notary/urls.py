@@ -64,7 +64,7 @@ urlpatterns = [
     path("v1/leases/<id:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
     path("v1/targets", TargetListView.as_view(), name="targets"),
     path("v1/targets/<id:name>", TargetDetailView.as_view(), name="target-detail"),
-    path("v1/", include("notary.ledger_urls")),
+    path("v1/", include("ledger.api.urls")),
     path("v1/attestations", AttestationView.as_view(), name="attestations"),
     path("v1/exports/receipts", ExportReceiptsView.as_view(), name="export-receipts"),
     path("v1/effects", EffectProposeView.as_view(), name="effect-propose"),

@@ -38,13 +38,15 @@ def endpoint_create(
         raise WebhookInputError("the target belongs to another tenant")
     if not secrets:
         raise WebhookInputError("an endpoint needs at least one signing secret")
+    webhook_provider = providers.PROVIDERS[provider]
     for secret in secrets:
         try:
-            providers.check_secret(provider, secret)
+            webhook_provider.check_secret(secret)
         except ValueError as exc:
             raise WebhookInputError(str(exc)) from exc
-    if provider == Provider.STANDARD and not effect_id_path:
-        raise WebhookInputError("a Standard Webhooks endpoint needs effect_id_path")
+    refusal = webhook_provider.endpoint_refusal(effect_id_path=effect_id_path)
+    if refusal is not None:
+        raise WebhookInputError(refusal)
     endpoint = Endpoint.objects.create(
         tenant=tenant,
         target=target,
@@ -71,7 +73,7 @@ def event_receive(
         endpoint.secrets.filter(retired_at__isnull=True).values_list("secret", flat=True)
     )
     try:
-        verified = providers.verify(endpoint.provider, body, headers, secrets)
+        verified = providers.PROVIDERS[endpoint.provider].verify(body, headers, secrets)
     except providers.VerificationFailed as failure:
         event = RawEvent.objects.create(
             endpoint=endpoint,
@@ -115,14 +117,14 @@ def event_ingest(*, raw_event_id: int) -> Ingestion:
     if not event.verified:
         raise WebhookInputError(f"raw event {event.pk} failed verification: nothing to ingest")
     endpoint = event.endpoint
-    observation = providers.observe(
-        endpoint.provider,
+    provider = providers.PROVIDERS[endpoint.provider]
+    observation = provider.observe(
         providers.Verified(event.provider_event_id, providers.json_object(bytes(event.body))),
         effect_id_path=endpoint.effect_id_path,
         positive_types=endpoint.positive_types,
         negative_types=endpoint.negative_types,
     )
-    effect = _effect_for(endpoint, observation)
+    effect = _effect_for(endpoint, provider, observation)
     if effect is None:
         return Ingestion.objects.create(raw_event=event, outcome="unmatched")
     evidence: dict[str, Any] = {
@@ -143,13 +145,15 @@ def event_ingest(*, raw_event_id: int) -> Ingestion:
     )
 
 
-def _effect_for(endpoint: Endpoint, observation: providers.Observation) -> Effect | None:
+def _effect_for(
+    endpoint: Endpoint, provider: providers.WebhookProvider, observation: providers.Observation
+) -> Effect | None:
     """The endpoint tenant's effect on the endpoint's target the event speaks of: by the effect
     id the gate put on the request, else (Resend) by the email id the gate committed."""
     effects = Effect.objects.filter(tenant=endpoint.tenant, target=endpoint.target.name)
     if observation.effect_id:
         return effects.filter(effect_id=observation.effect_id).first()
-    if observation.result_ref and endpoint.provider == Provider.RESEND:
+    if observation.result_ref and provider.matches_result_ref:
         return effects.filter(result_ref=observation.result_ref).first()
     return None
 

@@ -12,6 +12,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import ApiKey, Tenant
 from notary.selectors import api_key_for_token
 
@@ -25,13 +26,13 @@ def test_a_tenant_owns_a_log_named_after_it(acme: Tenant) -> None:
 
 @pytest.mark.parametrize("slug", ["", "Acme", "-acme", "acme-", "a" * 64, "ac me", "acme/x"])
 def test_bad_tenant_slugs_are_refused_and_create_nothing(slug: str) -> None:
-    with pytest.raises(services.NotaryInputError):
+    with pytest.raises(NotaryInputError):
         services.tenant_create(slug=slug, name="x")
     assert not Tenant.objects.exists()
 
 
 def test_a_duplicate_tenant_is_refused(acme: Tenant) -> None:
-    with pytest.raises(services.NotaryInputError, match="exists already"):
+    with pytest.raises(NotaryInputError, match="exists already"):
         services.tenant_create(slug="acme", name="again")
 
 
@@ -68,9 +69,9 @@ def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: T
 
 
 def test_an_unknown_role_or_a_missing_holder_is_refused(acme: Tenant) -> None:
-    with pytest.raises(services.NotaryInputError, match="role"):
+    with pytest.raises(NotaryInputError, match="role"):
         services.api_key_issue(tenant=acme, role="root", holder="bot")
-    with pytest.raises(services.NotaryInputError, match="holder"):
+    with pytest.raises(NotaryInputError, match="holder"):
         services.api_key_issue(tenant=acme, role="agent", holder="  ")
     assert not ApiKey.objects.exists()
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from gate_client.receipts import derive_receipt
 from ledger.selectors import iter_entries
 from notary import services
+from notary.errors import NotaryConflict
 from notary.models import Effect, Tenant
 from testkit.factories import dispatched
 
@@ -38,7 +39,7 @@ def test_one_request_is_acknowledged_while_its_dispatch_is_in_flight(acme: Tenan
     attesting_target(acme, timedelta(seconds=30))
     effect_id = dispatched(acme, "erp", "case-1")
     assert attest(acme, effect_id, "before_acting") == "acknowledged"
-    with pytest.raises(services.NotaryConflict, match="attested already"):
+    with pytest.raises(NotaryConflict, match="attested already"):
         attest(acme, effect_id, "before_acting")  # a second request in flight must not act
     assert attest(acme, effect_id, "performed", "doc_1") == "committed_on_evidence"
     receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
@@ -53,7 +54,7 @@ def test_none_is_acknowledged_once_recovery_may_count_it_as_never_sent(acme: Ten
     assert effect.dispatched_at is not None
     while timezone.now() < effect.dispatched_at + timedelta(milliseconds=50):
         time.sleep(0.01)  # until the dispatch can no longer be in flight
-    with pytest.raises(services.NotaryConflict, match="max in-flight"):
+    with pytest.raises(NotaryConflict, match="max in-flight"):
         attest(acme, effect_id, "before_acting")
     kinds = [e.kind for e in iter_entries(log=acme.log) if e.effect_id == effect_id]
     assert kinds == ["PROPOSED", "DISPATCHED"], "a refused attestation records nothing"
@@ -72,7 +73,7 @@ def test_a_refusal_resting_on_silence_is_refused_once_an_attestation_arrived(
         "reason": "stale_premise_at_recovery",
         "recheck": {"reason": "stale_premise", "lookup": "not_attested"},
     }
-    with pytest.raises(services.NotaryConflict, match="attested this effect"):
+    with pytest.raises(NotaryConflict, match="attested this effect"):
         services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="REFUSED", body=body)
     kinds = [e.kind for e in iter_entries(log=acme.log) if e.effect_id == effect_id]
     assert kinds == ["PROPOSED", "DISPATCHED", "OBSERVED"]

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from notary import selectors, services
+from notary.errors import NotaryConflict, NotaryInputError
 from notary.models import Effect, Tenant
 from testkit.factories import dispatched, register
 
@@ -70,12 +71,12 @@ def test_each_ending_reads_plainly(mail: Tenant) -> None:
 
 def test_only_an_ambiguous_effect_is_resolved_and_only_with_a_reason(mail: Tenant) -> None:
     open_effect = dispatched(mail, "mail", "case-1")
-    with pytest.raises(services.NotaryConflict, match="only an AMBIGUOUS or contradicted effect"):
+    with pytest.raises(NotaryConflict, match="only an AMBIGUOUS or contradicted effect"):
         services.effect_resolve(
             tenant=mail, effect_id=open_effect, happened=True, reason="x", by="fiona"
         )
     services.effect_record_outcome(tenant=mail, effect_id=open_effect, kind="AMBIGUOUS", body={})
-    with pytest.raises(services.NotaryInputError, match="reason"):
+    with pytest.raises(NotaryInputError, match="reason"):
         services.effect_resolve(
             tenant=mail, effect_id=open_effect, happened=True, reason=" ", by="fiona"
         )

@@ -9,6 +9,7 @@ from django.utils import timezone
 from gate_client.leases import lease_refusal, lease_states
 from ledger import selectors as ledger_selectors
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import ApiKey, Lease, Tenant
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +89,7 @@ def test_a_revocation_is_recorded_once_and_ends_the_lease(acme: Tenant, approver
 def test_bad_grants_are_refused_and_write_nothing(
     acme: Tenant, approver: ApiKey, changes: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(services.NotaryInputError, match=message):
+    with pytest.raises(NotaryInputError, match=message):
         grant(acme, approver, **changes)
     assert ledger_entries(acme) == []
     assert not Lease.objects.exists()
@@ -101,9 +102,9 @@ def test_only_an_approver_of_the_same_tenant_grants(acme: Tenant, approver: ApiK
         0
     ]
     for key in (agent, stranger):
-        with pytest.raises(services.NotaryInputError, match="only an approver"):
+        with pytest.raises(NotaryInputError, match="only an approver"):
             grant(acme, key)
-    with pytest.raises(services.NotaryInputError, match="no lease"):
+    with pytest.raises(NotaryInputError, match="no lease"):
         services.lease_revoke(
             tenant=globex, lease_id=grant(acme, approver).lease_id, by="e", reason="r"
         )

@@ -7,6 +7,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import Target, Tenant, Tier
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +79,7 @@ def test_contradictory_claims_are_refused_and_store_nothing(
         "max_inflight": SECOND,
     }
     arguments.update(changes)
-    with pytest.raises(services.NotaryInputError, match=message):
+    with pytest.raises(NotaryInputError, match=message):
         services.target_register(**arguments)
     assert list(Target.objects.values_list("name", flat=True)) == ["taken"]
 

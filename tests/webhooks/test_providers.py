@@ -30,10 +30,11 @@ def test_a_signed_event_verifies_with_any_active_secret(provider: str) -> None:
     body = body_of(stripe_refund_event("eff_1"))
     old, new = new_secret(provider), new_secret(provider)
     headers = sign(provider, body, new)
-    verified = providers.verify(provider, body, headers, [old, new])  # rotation: both active
+    webhook = providers.PROVIDERS[provider]
+    verified = webhook.verify(body, headers, [old, new])  # rotation: both active
     assert verified.event == providers.json_object(body)
     with pytest.raises(VerificationFailed):
-        providers.verify(provider, body, headers, [old])
+        webhook.verify(body, headers, [old])
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -58,17 +59,17 @@ def test_every_tampering_fails_verification(provider: str) -> None:
         del cases["future timestamp"]  # Stripe's library only refuses timestamps too old
     for why, (sent, headers) in cases.items():
         with pytest.raises(VerificationFailed):
-            providers.verify(provider, sent, headers, [secret])
+            providers.PROVIDERS[provider].verify(sent, headers, [secret])
             pytest.fail(why)
     with pytest.raises(VerificationFailed, match="no active secret"):
-        providers.verify(provider, body, good, [])
+        providers.PROVIDERS[provider].verify(body, good, [])
 
 
 def test_a_signed_body_that_is_not_json_fails_as_verification() -> None:
     secret = new_secret("stripe")
     body = b"not json at all"
     with pytest.raises(VerificationFailed):
-        providers.verify("stripe", body, sign("stripe", body, secret), [secret])
+        providers.PROVIDERS["stripe"].verify(body, sign("stripe", body, secret), [secret])
 
 
 @pytest.mark.parametrize(
@@ -84,7 +85,7 @@ def test_a_signed_body_that_is_not_json_fails_as_verification() -> None:
 )
 def test_stripe_refund_events_as_evidence(status: str, event_type: str, outcome: str) -> None:
     event = stripe_refund_event("eff_1", status=status, event_type=event_type)
-    seen = providers.observe("stripe", providers.Verified(event["id"], event))
+    seen = providers.PROVIDERS["stripe"].observe(providers.Verified(event["id"], event))
     assert (seen.effect_id, seen.outcome, seen.event_type) == ("eff_1", outcome, event_type)
     assert seen.result_ref == event["data"]["object"]["id"]
     assert seen.occurred_at.endswith("Z")
@@ -100,16 +101,17 @@ def test_stripe_refund_events_as_evidence(status: str, event_type: str, outcome:
     ],
 )
 def test_resend_events_as_evidence(event_type: str, outcome: str) -> None:
+    resend = providers.PROVIDERS["resend"]
     tagged = resend_event(event_type, effect_id="eff_2", email_id="em_1")
-    seen = providers.observe("resend", providers.Verified("msg_1", tagged))
+    seen = resend.observe(providers.Verified("msg_1", tagged))
     assert (seen.effect_id, seen.result_ref, seen.outcome) == ("eff_2", "em_1", outcome)
     listed = {
         **tagged,
         "data": {**tagged["data"], "tags": [{"name": "interlock_effect_id", "value": "eff_2"}]},
     }
-    assert providers.observe("resend", providers.Verified("m", listed)).effect_id == "eff_2"
+    assert resend.observe(providers.Verified("m", listed)).effect_id == "eff_2"
     untagged = resend_event(event_type, email_id="em_1")
-    assert providers.observe("resend", providers.Verified("m", untagged)).effect_id is None
+    assert resend.observe(providers.Verified("m", untagged)).effect_id is None
 
 
 def test_standard_events_follow_the_endpoints_configuration() -> None:
@@ -118,16 +120,15 @@ def test_standard_events_follow_the_endpoints_configuration() -> None:
         "timestamp": "2026-11-29T23:00:00Z",
         "data": {"ref": {"eff": "eff_3"}},
     }
-    seen = providers.observe(
-        "standard",
+    seen = providers.PROVIDERS["standard"].observe(
         providers.Verified("msg_1", event),
         effect_id_path="data.ref.eff",
         positive_types=["job.done"],
         negative_types=["job.failed"],
     )
     assert (seen.effect_id, seen.outcome) == ("eff_3", PERFORMED)
-    missing = providers.observe(
-        "standard", providers.Verified("m", event), effect_id_path="data.nope"
+    missing = providers.PROVIDERS["standard"].observe(
+        providers.Verified("m", event), effect_id_path="data.nope"
     )
     assert missing.effect_id is None
     assert missing.outcome == OTHER
@@ -135,12 +136,12 @@ def test_standard_events_follow_the_endpoints_configuration() -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_malformed_secrets_are_refused_before_use(provider: str) -> None:
-    providers.check_secret(provider, new_secret(provider))
+    providers.PROVIDERS[provider].check_secret(new_secret(provider))
     for bad in ("", "whsec_", "plain-text", "whsec_***"):
         if provider == "stripe" and bad.startswith("whsec_"):
             continue  # Stripe's secrets are opaque past their prefix
         with pytest.raises(ValueError):
-            providers.check_secret(provider, bad)
+            providers.PROVIDERS[provider].check_secret(bad)
 
 
 def _prefix(provider: str) -> str:

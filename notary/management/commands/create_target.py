@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import Tenant
 
 
@@ -58,6 +59,6 @@ class Command(BaseCommand):
                 lookup_needs_key=options["lookup_needs_key"],
                 lookup_url=options["lookup_url"],
             )
-        except (services.NotaryInputError, OverflowError) as exc:
+        except (NotaryInputError, OverflowError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"{tenant.slug}/{target.name} tier {target.tier}")

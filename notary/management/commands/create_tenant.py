@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notary import services
+from notary.errors import NotaryInputError
 
 
 class Command(BaseCommand):
@@ -17,6 +18,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             tenant = services.tenant_create(slug=options["slug"], name=options["name"])
-        except services.NotaryInputError as exc:
+        except NotaryInputError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"{tenant.slug} {tenant.log.origin}")

@@ -8,9 +8,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 from tqdm import tqdm
 
+from notary.errors import NotaryConflict
 from notary.exports import export_receipts
 from notary.models import Effect, Tenant
-from notary.services import NotaryConflict
 
 
 class Command(BaseCommand):

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import Role, Tenant
 
 
@@ -28,6 +29,6 @@ class Command(BaseCommand):
                 holder=options["holder"],
                 label=options["label"],
             )
-        except services.NotaryInputError as exc:
+        except NotaryInputError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(token)

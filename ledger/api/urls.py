@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from notary.ledger_views import (
+from ledger.api.views import (
     ConsistencyProofView,
     InclusionProofView,
     LatestCheckpointView,

@@ -1,0 +1,24 @@
+"""The notary's domain errors, apart from the code raising them: services, selectors, the admin
+and the API's exception handler all speak them, and none needs another's imports for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NotaryInputError(ValueError):
+    """The request is refused as given; nothing was written."""
+
+
+class NotaryNotFound(LookupError):
+    """No such record for this tenant (another tenant's records do not exist for it)."""
+
+
+class NotaryConflict(Exception):
+    """Well-formed, but the ledger's state refuses it now; nothing was written."""
+
+    def __init__(self, code: str, detail: str, **extra: Any) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.extra = extra
