@@ -13,7 +13,7 @@ checks run only when the rules need them."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -298,36 +298,98 @@ def agent_outcome_refusal(
     own lookups and its evidence, and only a real attempt can have an outcome."""
     if kind not in AGENT_VERDICT_KINDS:
         return f"kind {kind!r}: an agent records one of {', '.join(sorted(AGENT_VERDICT_KINDS))}"
+    authorship = _authorship_refusal(body)
+    if authorship is not None:
+        return authorship
+    attempts = {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
+    return _OUTCOME_RULES[kind](history, body, attempts)
+
+
+def _authorship_refusal(body: Mapping[str, Any]) -> str | None:
+    """What no agent's outcome may carry, whatever its kind: the notary's `by`, or a recheck
+    that is not an object."""
     recheck = body.get("recheck")
     if "by" in body or (isinstance(recheck, Mapping) and "by" in recheck):
         return "only the notary writes 'by': an agent's outcome is its own"
     if recheck is not None and not isinstance(recheck, Mapping):
         return "recheck must be an object or null"
-    attempts = {e.body_value()["attempt"] for e in history if e.kind == EntryKind.DISPATCHED}
-    attempt = body.get("attempt")
-    if kind in (EntryKind.COMMITTED, EntryKind.FAILED) and attempt not in attempts:
-        return f"{kind} names attempt {attempt!r}, which was never made"
-    if kind == EntryKind.COMMITTED:
-        state = body["state"]
-        if state == State.COMMITTED_BY_RETRY and isinstance(attempt, int) and attempt < 2:
-            return "COMMITTED_BY_RETRY is a resend: its attempt is 2 or more"
-        if state == State.COMMITTED_ON_EVIDENCE:
-            return _evidence_citation_refusal(history, body)
-        if state == State.COMMITTED_ON_QUERY and not (
-            isinstance(recheck, Mapping) and recheck.get("lookup") == "found"
-        ):
-            return "COMMITTED_ON_QUERY says what the lookup found: recheck.lookup = 'found'"
-    if kind == EntryKind.FAILED and str(body["code"]).startswith("evidence:"):
-        cited = next((e for e in history if e.seq == body.get("evidence_seq")), None)
-        if cited is None or evidence_answer([cited]) != Negative(body["code"], cited.seq):
-            return "FAILED on evidence cites evidence_seq: this effect's 'not performed' evidence"
-    if kind == EntryKind.REFUSED and body["reason"] != "payload_changed":
-        reason = str(body["reason"])
-        if reason.removesuffix(AT_RECOVERY) not in REFUSAL_REASONS:
-            return f"reason {reason!r}: one of {', '.join(sorted(REFUSAL_REASONS))}"
-        if attempts and not reason.endswith(AT_RECOVERY):
-            return "an effect already dispatched is refused only at recovery (reason_at_recovery)"
     return None
+
+
+def _unmade_attempt(kind: str, body: Mapping[str, Any], attempts: set[Any]) -> str | None:
+    """A commit or a failure is the outcome of an attempt, so it names one that was made."""
+    attempt = body.get("attempt")
+    if attempt not in attempts:
+        return f"{kind} names attempt {attempt!r}, which was never made"
+    return None
+
+
+def _committed_refusal(
+    history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
+) -> str | None:
+    """A commit's state says how it is known, and the body must bear that out: a resend's
+    attempt number, the evidence cited, the lookup's answer."""
+    unmade = _unmade_attempt(EntryKind.COMMITTED, body, attempts)
+    if unmade is not None:
+        return unmade
+    state, attempt, recheck = body["state"], body.get("attempt"), body.get("recheck")
+    if state == State.COMMITTED_BY_RETRY and isinstance(attempt, int) and attempt < 2:
+        return "COMMITTED_BY_RETRY is a resend: its attempt is 2 or more"
+    if state == State.COMMITTED_ON_EVIDENCE:
+        return _evidence_citation_refusal(history, body)
+    if state == State.COMMITTED_ON_QUERY and not (
+        isinstance(recheck, Mapping) and recheck.get("lookup") == "found"
+    ):
+        return "COMMITTED_ON_QUERY says what the lookup found: recheck.lookup = 'found'"
+    return None
+
+
+def _failed_refusal(
+    history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
+) -> str | None:
+    """A failure is the target's answer to an attempt that was made, or the notary's reading of
+    evidence it holds: then it cites this effect's 'not performed' evidence, exactly as
+    evidence_answer() reads it."""
+    unmade = _unmade_attempt(EntryKind.FAILED, body, attempts)
+    if unmade is not None:
+        return unmade
+    if not str(body["code"]).startswith("evidence:"):
+        return None  # the target's own answer to the attempt
+    cited = next((e for e in history if e.seq == body.get("evidence_seq")), None)
+    if cited is None or evidence_answer([cited]) != Negative(body["code"], cited.seq):
+        return "FAILED on evidence cites evidence_seq: this effect's 'not performed' evidence"
+    return None
+
+
+def _refused_refusal(
+    history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
+) -> str | None:
+    """A refusal gives one of the protocol's reasons, and once anything was dispatched it can
+    only be a refusal at recovery. A re-decided payload (payload_changed) is always allowed."""
+    if body["reason"] == "payload_changed":
+        return None
+    reason = str(body["reason"])
+    if reason.removesuffix(AT_RECOVERY) not in REFUSAL_REASONS:
+        return f"reason {reason!r}: one of {', '.join(sorted(REFUSAL_REASONS))}"
+    if attempts and not reason.endswith(AT_RECOVERY):
+        return "an effect already dispatched is refused only at recovery (reason_at_recovery)"
+    return None
+
+
+def _ambiguous_refusal(
+    history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
+) -> str | None:
+    """An agent may always say it does not know."""
+    return None
+
+
+_OutcomeRule = Callable[[Sequence[Entry], Mapping[str, Any], set[Any]], str | None]
+_OUTCOME_RULES: Mapping[str, _OutcomeRule] = {
+    EntryKind.COMMITTED: _committed_refusal,
+    EntryKind.FAILED: _failed_refusal,
+    EntryKind.REFUSED: _refused_refusal,
+    EntryKind.AMBIGUOUS: _ambiguous_refusal,
+}
 
 
 def silence_broken(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> str | None:
@@ -495,67 +557,130 @@ Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled
 
 
 def decide(facts: Facts) -> Step:
-    """DESIGN §3's recovery algorithm for one effect, as the next step."""
-    history = facts.history
-    now_standing = standing(history)
+    """DESIGN §3's recovery algorithm for one effect, as the next step: a verdict that stands is
+    kept; an effect never dispatched gets its first dispatch; otherwise the last attempt is
+    recovered as the target allows now."""
+    now_standing = standing(facts.history)
     if now_standing.state is not None:
         return Settled(now_standing)
-    dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
+    dispatches = [e for e in facts.history if e.kind == EntryKind.DISPATCHED]
     if not dispatches:
         return _first_dispatch(facts)
-    last = dispatches[-1]
-    attempt = int(last.body_value()["attempt"])
+    return _recover(facts, _LastAttempt.of(facts, dispatches))
+
+
+@dataclass(frozen=True)
+class _LastAttempt:
+    """What recovery needs of the dispatches made: the last attempt's number and when it went,
+    when the first went (the key window counts from it), and until when the last request may
+    still be on its way or at work, its sender still able to report (`live` until then)."""
+
+    number: int
+    first_at: datetime
+    sent_at: datetime
+    inflight_until: datetime
+    live: bool
+
+    @classmethod
+    def of(cls, facts: Facts, dispatches: Sequence[Entry]) -> _LastAttempt:
+        last = dispatches[-1]
+        inflight_until = last.created_at + facts.declared.max_inflight
+        return cls(
+            number=int(last.body_value()["attempt"]),
+            first_at=dispatches[0].created_at,
+            sent_at=last.created_at,
+            inflight_until=inflight_until,
+            live=facts.now < inflight_until,
+        )
+
+
+def _recover(facts: Facts, last: _LastAttempt) -> Step:
+    """Resend under the idempotency key while it covers the effect; otherwise, or when the
+    re-check stops the resend, ask what can be asked."""
     declared = facts.declared
-    inflight_until = last.created_at + declared.max_inflight
-    # The last request may still be on its way or at work, and its sender may still report.
-    live = facts.now < inflight_until
-    mode = recovery_mode(declared, first_dispatched_at=dispatches[0].created_at, now=facts.now)
-    failure: Mapping[str, Any] | None = None
-    if mode == Mode.RESEND_UNDER_KEY:
-        # The key makes a concurrent duplicate harmless: a re-checked resend may go at once.
-        if facts.recheck is None:
-            return CheckAgain()
-        if facts.recheck.failure is None:
-            return Dispatch(attempt + 1, facts.recheck.premises)
-        failure = facts.recheck.failure  # no resend: only asking is left
-        mode = asking_mode(declared)
-    known = dict(failure or {})
+    mode = recovery_mode(declared, first_dispatched_at=last.first_at, now=facts.now)
+    if mode != Mode.RESEND_UNDER_KEY:
+        return _recover_by_asking(facts, last, mode, failure=None)
+    # The key makes a concurrent duplicate harmless: a re-checked resend may go at once.
+    if facts.recheck is None:
+        return CheckAgain()
+    if facts.recheck.failure is None:
+        return Dispatch(last.number + 1, facts.recheck.premises)
+    # No resend: only asking is left, and the failed re-check is part of what is known.
+    return _recover_by_asking(facts, last, asking_mode(declared), failure=facts.recheck.failure)
+
+
+def _recover_by_asking(
+    facts: Facts, last: _LastAttempt, mode: Mode, *, failure: Mapping[str, Any] | None
+) -> Step:
+    """Ask the target (LOOKUP) or the notary (ATTESTED, EVIDENCE), then go by the answer: a
+    found commits, a negative fails, and what silence means depends on the mode."""
     if mode == Mode.NOTHING_TO_ASK:
-        if live and not facts.dispatched_here:
-            return Wait(inflight_until, "another process's attempt may still report its outcome")
-        said = {**known, "lookup": None} if failure else {"reason": _NOTHING_TO_ASK}
-        return Record(EntryKind.AMBIGUOUS, {"recheck": said})
+        return _nothing_to_ask(facts, last, failure)
     source: Literal["target", "notary"] = "target" if mode == Mode.LOOKUP else "notary"
     answer = facts.answer
     if answer is None:
         return Ask(source)
     if isinstance(answer, Found):
-        return _commit_on_answer(source, attempt, answer, failure)
+        return _commit_on_answer(source, last.number, answer, failure)
     if isinstance(answer, Negative):
-        return _fail_on_answer(attempt, answer)
+        return _fail_on_answer(last.number, answer)
     if mode == Mode.EVIDENCE:
-        assert declared.evidence_window is not None
-        window_ends = max(last.created_at + declared.evidence_window, inflight_until)
-        if facts.now < window_ends:
-            return Wait(window_ends, "webhook evidence may still arrive within its window")
-        return Record(EntryKind.AMBIGUOUS, {"recheck": {**known, "evidence": _SILENCE}})
+        return _evidence_silence(facts, last, failure)
     if isinstance(answer, Intent | Unknown):
-        until = answer.until if isinstance(answer, Unknown) else None
-        if live or (until is not None and facts.now < until):
-            return Wait(max(inflight_until, until or inflight_until), _reason(answer))
-        detail = {"lookup": "unknown", "detail": _reason(answer)}
-        return Record(EntryKind.AMBIGUOUS, {"recheck": {**known, **detail}})
-    # Not found by the target's lookup, or no write-ahead attestation from the service: both
-    # conclusive once the last request can no longer be in flight.
-    if live:
-        return Wait(inflight_until, "not found yet, and the last request may still be in flight")
+        return _in_doubt(facts, last, answer, failure)
+    return _not_found(facts, last, source)
+
+
+def _nothing_to_ask(facts: Facts, last: _LastAttempt, failure: Mapping[str, Any] | None) -> Step:
+    """Tier 3, nothing to ask: never resend. AMBIGUOUS, once another process's attempt can no
+    longer report its own outcome."""
+    if last.live and not facts.dispatched_here:
+        return Wait(last.inflight_until, "another process's attempt may still report its outcome")
+    said = {**(failure or {}), "lookup": None} if failure else {"reason": _NOTHING_TO_ASK}
+    return Record(EntryKind.AMBIGUOUS, {"recheck": said})
+
+
+def _evidence_silence(facts: Facts, last: _LastAttempt, failure: Mapping[str, Any] | None) -> Step:
+    """Webhook evidence is positive-only: nothing seen is never "not sent". It waits out the
+    evidence window (and the last request's flight), then the effect is AMBIGUOUS."""
+    assert facts.declared.evidence_window is not None
+    window_ends = max(last.sent_at + facts.declared.evidence_window, last.inflight_until)
+    if facts.now < window_ends:
+        return Wait(window_ends, "webhook evidence may still arrive within its window")
+    return Record(EntryKind.AMBIGUOUS, {"recheck": {**(failure or {}), "evidence": _SILENCE}})
+
+
+def _in_doubt(
+    facts: Facts,
+    last: _LastAttempt,
+    answer: Intent | Unknown,
+    failure: Mapping[str, Any] | None,
+) -> Step:
+    """The lookup could not tell, or the service attested it was about to act and said no more:
+    wait while the last request or the lookup's own horizon may still settle it, then
+    AMBIGUOUS."""
+    until = answer.until if isinstance(answer, Unknown) else None
+    if last.live or (until is not None and facts.now < until):
+        return Wait(max(last.inflight_until, until or last.inflight_until), _reason(answer))
+    detail = {"lookup": "unknown", "detail": _reason(answer)}
+    return Record(EntryKind.AMBIGUOUS, {"recheck": {**(failure or {}), **detail}})
+
+
+def _not_found(facts: Facts, last: _LastAttempt, source: Literal["target", "notary"]) -> Step:
+    """Not found by the target's lookup, or no write-ahead attestation from the service: both
+    conclusive once the last request can no longer be in flight. Then re-check and resend, or
+    refuse at recovery if the re-check fails (a re-check that already stopped a resend under the
+    key is the one that counts)."""
+    if last.live:
+        return Wait(
+            last.inflight_until, "not found yet, and the last request may still be in flight"
+        )
     looked = "not_found" if source == "target" else "not_attested"
-    if failure is not None:
-        return _refuse_at_recovery(failure, looked)
     if facts.recheck is None:
         return CheckAgain()
     if facts.recheck.failure is None:
-        return Dispatch(attempt + 1, facts.recheck.premises, {"lookup": looked})
+        return Dispatch(last.number + 1, facts.recheck.premises, {"lookup": looked})
     return _refuse_at_recovery(facts.recheck.failure, looked)
 
 

@@ -64,6 +64,24 @@ def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report
     """Check an export line by line; raise Failure at the first thing wrong."""
     numbered = enumerate(lines, start=1)
     header = _header(next(numbered, (1, b""))[1])
+    checkpoint = _authentic_checkpoint(header, trusted)
+    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header))
+    report = Report(origin=header["origin"], size=checkpoint.size)
+    for number, raw in numbered:
+        where = f"line {number}"
+        if state.finished:
+            raise Failure("completeness", where, "a line after the footer")
+        _count_line(_record(raw, where), where, state, report)
+        if number % 10_000 == 0 and sys.stderr.isatty():
+            print(f"\r{number:,} lines verified", end="", file=sys.stderr, flush=True)
+    state.complete()
+    report.proved = state.proved
+    return report
+
+
+def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -> Checkpoint:
+    """The header's checkpoint, signed by a trusted key for the log the export names, also
+    opened by the export's own keys, and covering the whole range the export states."""
     origin = header["origin"]
     keys = [log_verifier(origin, key) for key in trusted]
     try:
@@ -79,32 +97,26 @@ def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report
     first, end = header["range"]["first"], header["range"]["end"]
     if (first, end) != (0, checkpoint.size):
         raise Failure("authenticity", "line 1", f"range {first}..{end} is not the checkpoint's")
-    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header))
-    report = Report(origin=origin, size=checkpoint.size)
-    for number, raw in numbered:
-        where = f"line {number}"
-        if state.finished:
-            raise Failure("completeness", where, "a line after the footer")
-        record = _record(raw, where)
-        kind = record.get("type")
-        if kind == "receipt":
-            final_state = state.receipt(record, where)
-            report.receipts += 1
-            report.outcomes[final_state] += 1
-        elif kind == "entry":
-            state.entry(record, where)
-            report.entries += 1
-        elif kind == "footer":
-            if (record.get("receipts"), record.get("entries")) != (report.receipts, report.entries):
-                raise Failure("completeness", where, "the footer's counts are not the lines'")
-            state.finished = True
-        else:
-            raise Failure("integrity", where, f"unknown line type {kind!r}")
-        if number % 10_000 == 0 and sys.stderr.isatty():
-            print(f"\r{number:,} lines verified", end="", file=sys.stderr, flush=True)
-    state.complete()
-    report.proved = state.proved
-    return report
+    return checkpoint
+
+
+def _count_line(record: dict[str, Any], where: str, state: _Walk, report: Report) -> None:
+    """One line after the header, checked by its type and counted in the report; the footer
+    must count the lines before it and ends the export."""
+    kind = record.get("type")
+    if kind == "receipt":
+        final_state = state.receipt(record, where)
+        report.receipts += 1
+        report.outcomes[final_state] += 1
+    elif kind == "entry":
+        state.entry(record, where)
+        report.entries += 1
+    elif kind == "footer":
+        if (record.get("receipts"), record.get("entries")) != (report.receipts, report.entries):
+            raise Failure("completeness", where, "the footer's counts are not the lines'")
+        state.finished = True
+    else:
+        raise Failure("integrity", where, f"unknown line type {kind!r}")
 
 
 class _Walk:

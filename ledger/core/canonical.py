@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -56,43 +56,94 @@ def parse_canonical(data: bytes) -> Any:
 
 
 def _encode(value: Any, out: list[str], path: str) -> None:
-    # bool before int: bool is a subclass of int.
-    if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        # The C string escaper json.dumps(..., ensure_ascii=False) uses, without its set-up cost.
-        out.append(encode_basestring(value))
-    elif isinstance(value, int):
-        if abs(value) > MAX_SAFE_INTEGER:
-            raise CanonicalJSONError(f"{path}: integer {value} does not fit an IEEE-754 double")
-        out.append(str(value))
-    elif isinstance(value, float):
-        out.append(_format_number(value, path))
-    elif isinstance(value, Mapping):
-        for key in value:
-            if not isinstance(key, str):
-                raise CanonicalJSONError(f"{path}: object key {key!r} is not a string")
-        out.append("{")
-        for i, key in enumerate(sorted(value, key=_utf16_order)):
-            if i:
-                out.append(",")
-            out.append(encode_basestring(key))
-            out.append(":")
-            _encode(value[key], out, f"{path}.{key}")
-        out.append("}")
-    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _encode(item, out, f"{path}[{i}]")
-        out.append("]")
-    else:
-        raise CanonicalJSONError(f"{path}: {type(value).__name__} has no JSON encoding")
+    # The builtin types by exact type (the common case, one lookup); anything else, such as a
+    # StrEnum or an OrderedDict, by the first kind it is an instance of.
+    encoder = _ENCODERS_BY_TYPE.get(type(value)) or _encoder_for_subclass(value)
+    encoder(value, out, path)
+
+
+def _encoder_for_subclass(value: Any) -> _Encoder:
+    """The encoder of the first kind in _ENCODERS_IN_ORDER that `value` is an instance of."""
+    return next(
+        (encoder for kind, encoder in _ENCODERS_IN_ORDER if isinstance(value, kind)),
+        _refuse_type,
+    )
+
+
+def _encode_null(value: None, out: list[str], path: str) -> None:
+    out.append("null")
+
+
+def _encode_bool(value: bool, out: list[str], path: str) -> None:
+    out.append("true" if value else "false")
+
+
+def _encode_string(value: str, out: list[str], path: str) -> None:
+    # The C string escaper json.dumps(..., ensure_ascii=False) uses, without its set-up cost.
+    out.append(encode_basestring(value))
+
+
+def _encode_integer(value: int, out: list[str], path: str) -> None:
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise CanonicalJSONError(f"{path}: integer {value} does not fit an IEEE-754 double")
+    out.append(str(value))
+
+
+def _encode_float(value: float, out: list[str], path: str) -> None:
+    out.append(_format_number(value, path))
+
+
+def _encode_object(value: Mapping[Any, Any], out: list[str], path: str) -> None:
+    """Members sorted by their keys' UTF-16 code units; every key is checked to be a string
+    before anything is written."""
+    for key in value:
+        if not isinstance(key, str):
+            raise CanonicalJSONError(f"{path}: object key {key!r} is not a string")
+    out.append("{")
+    for i, key in enumerate(sorted(value, key=_utf16_order)):
+        if i:
+            out.append(",")
+        out.append(encode_basestring(key))
+        out.append(":")
+        _encode(value[key], out, f"{path}.{key}")
+    out.append("}")
+
+
+def _encode_array(value: Sequence[Any], out: list[str], path: str) -> None:
+    out.append("[")
+    for i, item in enumerate(value):
+        if i:
+            out.append(",")
+        _encode(item, out, f"{path}[{i}]")
+    out.append("]")
+
+
+def _refuse_type(value: Any, out: list[str], path: str) -> None:
+    raise CanonicalJSONError(f"{path}: {type(value).__name__} has no JSON encoding")
+
+
+_Encoder = Callable[[Any, list[str], str], None]
+_ENCODERS_BY_TYPE: dict[type, _Encoder] = {
+    type(None): _encode_null,
+    bool: _encode_bool,
+    str: _encode_string,
+    int: _encode_integer,
+    float: _encode_float,
+    dict: _encode_object,
+    list: _encode_array,
+    tuple: _encode_array,
+}
+# First match wins. bool before int: bool is a subclass of int (and cannot itself be
+# subclassed). Bytes are sequences, but of bytes, not of JSON values.
+_ENCODERS_IN_ORDER: tuple[tuple[type | tuple[type, ...], _Encoder], ...] = (
+    (bool, _encode_bool),
+    (str, _encode_string),
+    (int, _encode_integer),
+    (float, _encode_float),
+    (Mapping, _encode_object),
+    ((bytes, bytearray), _refuse_type),
+    (Sequence, _encode_array),
+)
 
 
 def _utf16_order(key: str) -> bytes:

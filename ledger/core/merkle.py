@@ -216,29 +216,44 @@ def verify_consistency(
     equal roots, which are compared as given (nothing is hashed, as in the reference vectors)."""
     for item in proof:
         _check_hash(item, "proof hash")
-    if old_size < 1:
-        raise ProofError("consistency from an empty tree proves nothing")
-    if old_size > new_size:
-        raise ProofError(f"old size {old_size} is larger than new size {new_size}")
+    _check_sizes(old_size, new_size)
     if old_size == new_size:
-        if proof:
-            raise ProofError("equal sizes take an empty consistency proof")
-        if old_root != new_root:
-            raise ProofError("equal sizes but different roots")
+        _check_same_tree(old_root, new_root, proof)
         return
     _check_hash(old_root, "old root")
     _check_hash(new_root, "new root")
-    if not proof:
+    fr, sr = _consistency_roots(old_size, new_size, old_root, proof)
+    # Step 7: fr must be the old root and sr the new one (sn == 0 was checked by the walk).
+    if fr != old_root:
+        raise ProofError("consistency proof does not lead to the old root")
+    if sr != new_root:
+        raise ProofError("consistency proof does not lead to the new root")
+
+
+def _check_same_tree(old_root: bytes, new_root: bytes, proof: Sequence[bytes]) -> None:
+    """Equal sizes are one tree: nothing to prove, so the proof is empty and the roots equal."""
+    if proof:
+        raise ProofError("equal sizes take an empty consistency proof")
+    if old_root != new_root:
+        raise ProofError("equal sizes but different roots")
+
+
+def _consistency_roots(
+    old_size: int, new_size: int, old_root: bytes, proof: Sequence[bytes]
+) -> tuple[bytes, bytes]:
+    """RFC 9162 §2.1.4.2 steps 1 to 6 and the check that sn reached 0: the old and new roots
+    (fr, sr) that `proof` leads to, for 0 < old_size < new_size."""
+    if not proof:  # step 1
         raise ProofError("consistency proof is empty")
     path = list(proof)
-    if old_size & (old_size - 1) == 0:
+    if old_size & (old_size - 1) == 0:  # step 2: the old tree is a perfect subtree
         path.insert(0, old_root)
-    fn, sn = old_size - 1, new_size - 1
-    while fn & 1:
+    fn, sn = old_size - 1, new_size - 1  # step 3
+    while fn & 1:  # step 4
         fn >>= 1
         sn >>= 1
-    fr = sr = path[0]
-    for c in path[1:]:
+    fr = sr = path[0]  # step 5
+    for c in path[1:]:  # step 6
         if sn == 0:
             raise ProofError("consistency proof is too long")
         if fn & 1 or fn == sn:
@@ -253,10 +268,7 @@ def verify_consistency(
         sn >>= 1
     if sn != 0:
         raise ProofError("consistency proof is too short")
-    if fr != old_root:
-        raise ProofError("consistency proof does not lead to the old root")
-    if sr != new_root:
-        raise ProofError("consistency proof does not lead to the new root")
+    return fr, sr
 
 
 def _check_hash(value: bytes, what: str) -> None:

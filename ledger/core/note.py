@@ -183,6 +183,31 @@ def open_note(note: bytes | str, known: Iterable[Verifier]) -> OpenedNote:
 
     Signatures by unknown keys are ignored; a bad signature by a known key rejects the whole note;
     a note with no valid signature by a known key is rejected."""
+    text, signature_block = _split_note(note)
+    keys = {(v.name, v.key_id): v for v in known}
+    lines = signature_block[:-1].split("\n")
+    if len(lines) > MAX_SIGNATURES:
+        raise NoteError("too many signatures")
+    message = text.encode("utf-8")
+    verified: list[Verifier] = []
+    unknown = 0
+    for line in lines:
+        name, key_hash, signature = _signature_line(line)
+        verifier = keys.get((name, key_hash))
+        if verifier is None:
+            unknown += 1
+        elif not verifier.verify(message, signature):
+            raise NoteError(f"invalid signature by known key {name}+{key_hash:08x}")
+        elif verifier not in verified:
+            verified.append(verifier)
+    if not verified:
+        raise NoteError("note has no valid signature by a known key")
+    return OpenedNote(text, tuple(verified), unknown)
+
+
+def _split_note(note: bytes | str) -> tuple[str, str]:
+    """The note's text (ending in its newline) and its signature block (ending in a newline):
+    the note is UTF-8 without control characters, and the block follows the last blank line."""
     raw = note.encode("utf-8") if isinstance(note, str) else note
     try:
         message = raw.decode("utf-8")
@@ -196,30 +221,17 @@ def open_note(note: bytes | str, known: Iterable[Verifier]) -> OpenedNote:
     text, signature_block = message[: split + 1], message[split + 2 :]
     if not signature_block or not signature_block.endswith("\n"):
         raise NoteError("malformed signature block")
-    keys = {(v.name, v.key_id): v for v in known}
-    verified: list[Verifier] = []
-    unknown = 0
-    lines = signature_block[:-1].split("\n")
-    if len(lines) > MAX_SIGNATURES:
-        raise NoteError("too many signatures")
-    for line in lines:
-        if not line.startswith(_SIG_PREFIX):
-            raise NoteError("malformed signature line")
-        name, sep, encoded = line[len(_SIG_PREFIX) :].partition(" ")
-        if not sep or not is_valid_key_name(name) or " " in encoded:
-            raise NoteError("malformed signature line")
-        signature = _b64decode(encoded, "signature")
-        if len(signature) < 5:
-            raise NoteError("signature too short")
-        key_hash = int.from_bytes(signature[:4], "big")
-        verifier = keys.get((name, key_hash))
-        if verifier is None:
-            unknown += 1
-            continue
-        if not verifier.verify(text.encode("utf-8"), signature[4:]):
-            raise NoteError(f"invalid signature by known key {name}+{key_hash:08x}")
-        if verifier not in verified:
-            verified.append(verifier)
-    if not verified:
-        raise NoteError("note has no valid signature by a known key")
-    return OpenedNote(text, tuple(verified), unknown)
+    return text, signature_block
+
+
+def _signature_line(line: str) -> tuple[str, int, bytes]:
+    """`— <name> <base64(key id || signature)>` as (name, key id, signature)."""
+    if not line.startswith(_SIG_PREFIX):
+        raise NoteError("malformed signature line")
+    name, sep, encoded = line[len(_SIG_PREFIX) :].partition(" ")
+    if not sep or not is_valid_key_name(name) or " " in encoded:
+        raise NoteError("malformed signature line")
+    signature = _b64decode(encoded, "signature")
+    if len(signature) < 5:
+        raise NoteError("signature too short")
+    return name, int.from_bytes(signature[:4], "big"), signature[4:]
