@@ -18,21 +18,28 @@ demo: $(BIN)/.installed
 
 test: lint typecheck pytest
 
+# ruff (style, complexity, no imports of tests), the import layering (pyproject's
+# [tool.importlinter]), migrations that match the models, and the pre-commit configuration
+# that runs these same checks before each commit.
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pre-commit validate-config .pre-commit-config.yaml
 
 typecheck: $(BIN)/.installed
-	$(BIN)/mypy ledger notary gate_client webhooks
+	$(BIN)/mypy .
 
 pytest: $(BIN)/.installed
 	$(BIN)/pytest -n 2
 
+# Every benchmark, one after another; `make bench BENCH_FLAGS=--quick` is a smoke run of them all.
+BENCHES := ledger group_commit exports notary webhooks gate_recovery
+BENCH_FLAGS ?=
+
 bench: $(BIN)/.installed
-	$(BIN)/python experiments/bench_ledger.py
-	$(BIN)/python experiments/bench_notary.py
-	$(BIN)/python experiments/bench_webhooks.py
-	$(BIN)/python experiments/bench_exports.py
+	set -e; for bench in $(BENCHES); do $(BIN)/python -m experiments.benches.$$bench $(BENCH_FLAGS); done
 
 # Regenerates experiments/results/*.md and *.json (a few minutes; PostgreSQL on 127.0.0.1).
 experiments: $(BIN)/.installed

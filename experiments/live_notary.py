@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from experiments.bench_ledger import recreate_database, setup_django
+from experiments.kit.database import recreate_database, setup_django
 from testkit.notary_server import running_notary
 
 if TYPE_CHECKING:

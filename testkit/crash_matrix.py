@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
-from gate_client.receipts import Happened, Receipt, ReceiptError, verify_receipt
+from gate_client.protocol import Happened
+from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from gate_client.targets import Tier
 from ledger.core.entries import Entry
 from testkit.agents import AGENT_PROCESS
@@ -371,36 +372,82 @@ LOST_RESPONSE: dict[str, tuple[str | None, int]] = {
 
 def gate_problems(run: CellRun) -> list[str]:
     """Everything wrong with one gate cell; an empty list when it came out as designed."""
-    cell = run.cell
-    if cell.crash is None:
-        state, acted = LOST_RESPONSE[cell.target]
-        exits = (0, 0)
-        got = run.submitted["final_state"] if run.submitted else None
-        recovered_want: list[str] = []
-    else:
+    problems = [
+        *_outcome_problems(run),
+        *_resubmit_problems(run),
+        *_payload_problems(run),
+        *_receipt_problems(run),
+    ]
+    return [f"{run.cell.name}: {problem}" for problem in problems]
+
+
+@dataclass(frozen=True)
+class _Expectation:
+    """What the tables say a gate cell comes to, and the final state it came to: a crashed
+    cell's is what recover() printed first, a lost response's what the worker itself printed."""
+
+    state: str | None  # the effect's final state
+    acted: int  # times the service acted
+    exits: tuple[int, int]  # the worker, then the restarted process
+    recovered: list[str]  # the final states recover() prints
+    got: str | None
+
+    @classmethod
+    def of(cls, run: CellRun) -> _Expectation:
+        cell = run.cell
+        if cell.crash is None:
+            state, acted = LOST_RESPONSE[cell.target]
+            got = run.submitted["final_state"] if run.submitted else None
+            return cls(state, acted, (0, 0), [], got)
         state, acted = EXPECTED[(cell.crash, cell.change)][list(TARGETS).index(cell.target)]
-        exits = (-9, 0)
         got = run.recovered[0]["final_state"] if run.recovered else None
-        recovered_want = [state] if state else []
+        return cls(state, acted, (-9, 0), [state] if state else [], got)
+
+
+def _outcome_problems(run: CellRun) -> list[str]:
+    """The exit codes, the final state, what recover() printed and how often the service
+    acted, against the tables."""
+    want = _Expectation.of(run)
     problems = []
-    if run.returncodes != exits:
-        problems.append(f"exit codes {run.returncodes}, want {exits}; stderr: {run.stderr[-800:]}")
-    if got != state:
-        problems.append(f"final state {got}, want {state}")
-    if [r["final_state"] for r in run.recovered] != recovered_want:
-        problems.append(f"recover() printed {run.recovered}, want {recovered_want}")
-    if len(run.acts) != acted:
-        problems.append(f"the service acted {len(run.acts)} times, want {acted}")
-    if cell.crash is not None and cell.change == Change.REDECIDES:
-        second = run.resubmitted["final_state"] if run.resubmitted else None
-        if second != RESUBMITTED[cell.crash]:
-            problems.append(f"the re-decided submit gave {second}, want {RESUBMITTED[cell.crash]}")
-    # The first journaled payload stands; before_proposed journaled none: the re-decided one is it.
-    redecided_first = (cell.crash, cell.change) == ("before_proposed", "redecides")
+    if run.returncodes != want.exits:
+        problems.append(
+            f"exit codes {run.returncodes}, want {want.exits}; stderr: {run.stderr[-800:]}"
+        )
+    if want.got != want.state:
+        problems.append(f"final state {want.got}, want {want.state}")
+    if [r["final_state"] for r in run.recovered] != want.recovered:
+        problems.append(f"recover() printed {run.recovered}, want {want.recovered}")
+    if len(run.acts) != want.acted:
+        problems.append(f"the service acted {len(run.acts)} times, want {want.acted}")
+    return problems
+
+
+def _resubmit_problems(run: CellRun) -> list[str]:
+    """A crashed cell whose case is re-decided: the re-decided submit's final state."""
+    cell = run.cell
+    if cell.crash is None or cell.change != Change.REDECIDES:
+        return []
+    second = run.resubmitted["final_state"] if run.resubmitted else None
+    if second != RESUBMITTED[cell.crash]:
+        return [f"the re-decided submit gave {second}, want {RESUBMITTED[cell.crash]}"]
+    return []
+
+
+def _payload_problems(run: CellRun) -> list[str]:
+    """The service only ever received the payload that stands: the first journaled one;
+    before_proposed journaled none, so there the re-decided one is it."""
+    redecided_first = (run.cell.crash, run.cell.change) == ("before_proposed", "redecides")
     standing = SECOND_TEXT if redecided_first else FIRST_TEXT
     sent = [act["payload"]["text"] for act in run.acts]
     if any(text != standing for text in sent):
-        problems.append(f"the service received {sent}, want only {standing!r}")
+        return [f"the service received {sent}, want only {standing!r}"]
+    return []
+
+
+def _receipt_problems(run: CellRun) -> list[str]:
+    """What the receipts claim, held against the service's own record and the journal: the
+    effect's `happened`, every printed receipt verified, and the checker's violations."""
+    problems = []
     receipt = run.effect_receipt()
     if receipt is not None and receipt["happened"] not in (bool(run.acts), "unknown"):
         problems.append(f"happened={receipt['happened']!r}, the service acted {len(run.acts)}")
@@ -412,4 +459,4 @@ def gate_problems(run: CellRun) -> list[str]:
             problems.append(f"receipt does not verify: {error}")
     if found := violations(run.observed()):
         problems.append(f"the checker found {sorted(found)}")
-    return [f"{cell.name}: {problem}" for problem in problems]
+    return problems

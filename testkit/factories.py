@@ -4,14 +4,15 @@ and effects as an agent leaves them, for tests that start where the agent stoppe
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from gate_client.proposal import Proposal
 from notary import services
-from notary.models import Lease, Target, Tenant
+from notary.models import ApiKey, Lease, Target, Tenant
 
 INSTANT = timedelta(milliseconds=1)
 
@@ -24,28 +25,50 @@ def register(
     max_inflight: timedelta = INSTANT,
     evidence_window: timedelta | None = None,
     lookup_url: str = "",
+    queryable: bool | None = None,
+    key_window: timedelta | None = None,
 ) -> Target:
+    """A target of `tier`, queryable when it is tier 2 unless `queryable` says otherwise."""
     return services.target_register(
         tenant=tenant,
         name=name,
         tier=tier,
-        queryable=tier == 2,
+        queryable=tier == 2 if queryable is None else queryable,
         max_inflight=max_inflight,
+        key_window=key_window,
         evidence_window=evidence_window,
         lookup_url=lookup_url,
     )
 
 
-def leased(tenant: Tenant, case_id: str, action: str, *, requested_by: str = "bot") -> Lease:
-    """A lease on `action` for `case_id`, an hour long, granted by a new approver key."""
-    approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
+def tenant_with_approver(slug: str, name: str, *, holder: str = "finance") -> tuple[Tenant, ApiKey]:
+    """A new tenant and one approver key of it, to grant many leases with (see `leased`)."""
+    tenant = services.tenant_create(slug=slug, name=name)
+    return tenant, services.api_key_issue(tenant=tenant, role="approver", holder=holder)[0]
+
+
+def leased(
+    tenant: Tenant,
+    case_id: str,
+    action: str,
+    *,
+    requested_by: str = "bot",
+    approver: ApiKey | None = None,
+    expires_at: datetime | None = None,
+    limits: Mapping[str, int] | None = None,
+) -> Lease:
+    """A lease on `action` for `case_id`, an hour long unless `expires_at`, granted by
+    `approver` or by a new approver key."""
+    if approver is None:
+        approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
     return services.lease_grant(
         tenant=tenant,
         approver=approver,
         case_id=case_id,
         action=action,
-        expires_at=timezone.now() + timedelta(hours=1),
+        expires_at=expires_at or timezone.now() + timedelta(hours=1),
         requested_by=requested_by,
+        limits=limits,
     )
 
 
@@ -70,9 +93,13 @@ def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
     return proposal.effect_id
 
 
+def token_for(tenant: Tenant, role: str, holder: str) -> str:
+    """The bearer token of a new key of `role` held by `holder`."""
+    return services.api_key_issue(tenant=tenant, role=role, holder=holder)[1]
+
+
 def client_for(tenant: Tenant, role: str, holder: str) -> APIClient:
     """An API client authenticated with a new key of `role` held by `holder`."""
-    _, token = services.api_key_issue(tenant=tenant, role=role, holder=holder)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(tenant, role, holder)}")
     return client

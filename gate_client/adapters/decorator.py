@@ -143,14 +143,15 @@ class GatedFunctions:
         key_window: timedelta | None = None,
         max_inflight: timedelta = timedelta(seconds=30),
         fails_on: tuple[type[BaseException], ...] = (),
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    ) -> Callable[[Callable[P, R]], Callable[..., R]]:
         """`case_id`, `lease_id` and `premises` take the call's arguments by name. `lookup`
         takes them too and returns what the function would have returned, or None if it never
         acted. Exceptions in `fails_on` mean it refused for good (FAILED); any other means it
         may have acted. `tier` defaults to what the function offers: 1 if it takes an
-        ``effect_id``, else 2 with a lookup, else 3."""
+        ``effect_id``, else 2 with a lookup, else 3. The gated function is called without its
+        ``effect_id`` (the gate passes it), which no ParamSpec can say: it takes ``...``."""
 
-        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        def decorate(function: Callable[P, R]) -> Callable[..., R]:
             signature = inspect.signature(function)
             takes_id = EFFECT_ID_PARAMETER in signature.parameters
             chosen = tier or (Tier.DEDUPES if takes_id else Tier.LOOKUP if lookup else Tier.NEITHER)
@@ -184,7 +185,7 @@ class GatedFunctions:
             )
 
             @functools.wraps(function)
-            def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            def call(*args: Any, **kwargs: Any) -> R:
                 return self._call(name, args, kwargs)  # type: ignore[no-any-return]
 
             self._names[call] = name

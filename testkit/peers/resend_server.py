@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import svix.webhooks
 
-from testkit.notary_server import REPO_ROOT
+from testkit.paths import REPO_ROOT
 from testkit.peers.reference_service import LocalHTTPServer, post_control, serving
 
 MAX_RECIPIENTS = 50

@@ -35,7 +35,7 @@ class NoOpTarget:
     name = "noop"
     tier = Tier.DEDUPES
     queryable = True
-    key_window = timedelta(hours=24)
+    key_window: timedelta | None = timedelta(hours=24)
     max_inflight = timedelta(seconds=1)
     evidence_window: timedelta | None = None
     attests_before_acting = False
@@ -150,9 +150,9 @@ class Mailer(NoOpTarget):
     name = "mail"
     tier = Tier.NEITHER
     queryable = False
-    key_window = None
+    key_window: timedelta | None = None
     max_inflight = MAIL_INFLIGHT
-    evidence_window = EVIDENCE_WINDOW
+    evidence_window: timedelta | None = EVIDENCE_WINDOW
 
     def __init__(self, *, lose_answer: bool = False) -> None:
         super().__init__()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import scenario_coding
-from experiments.harness import Cell
+from experiments.kit.cells import Cell, run
+from experiments.scenarios import coding as scenario_coding
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def broken(cell: Cell) -> bool:
 
 
 def test_the_quick_subset_measures_the_premise_dial(tmp_path: Path) -> None:
-    scenario = scenario_coding.run(quick=True, results_dir=tmp_path)
+    scenario = run(scenario_coding.SCENARIO, quick=True, results_dir=tmp_path)
     assert {(c.system, c.fault) for c in scenario.cells} == {
         (s, f) for s in scenario_coding.SYSTEMS for f in scenario_coding.ORDERED
     }

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.scenario_email import QUICK_CELLS, run
+from experiments.kit.cells import run
+from experiments.scenarios.email import QUICK_CELLS, SCENARIO
 from testkit.paths import child_database_url
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,7 @@ GATE_ROWS = ("interlock", "interlock_notary")
 
 
 def test_the_email_experiment_in_ci_size(transactional_db: None, tmp_path: Path) -> None:
-    scenario = run(quick=True, results_dir=tmp_path, database_url=child_database_url())
+    scenario = run(SCENARIO, quick=True, results_dir=tmp_path, database_url=child_database_url())
 
     cells = {(c.system, c.fault): c for c in scenario.cells}
     assert set(cells) == {(s, f) for s, faults in QUICK_CELLS.items() for f in faults}

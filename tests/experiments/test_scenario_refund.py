@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from experiments import scenario_refund
-from experiments.harness import Cell, Scenario
+from experiments.kit.cells import Cell, Scenario, run
+from experiments.scenarios import refund as scenario_refund
+from experiments.scenarios.refund_world import REDECIDED_CENTS
 from testkit.paths import child_database_url
 
 pytestmark = pytest.mark.slow
 
-REDECIDED = scenario_refund.REDECIDED_CENTS
+REDECIDED = REDECIDED_CENTS
 
 
 def refunds(cell: Cell) -> list[int]:
@@ -25,8 +26,11 @@ def refunds(cell: Cell) -> list[int]:
 def test_the_quick_subset_shows_what_each_system_does(
     transactional_db: None, tmp_path: Path
 ) -> None:
-    scenario = scenario_refund.run(
-        quick=True, results_dir=tmp_path, database_url=child_database_url()
+    scenario = run(
+        scenario_refund.SCENARIO,
+        quick=True,
+        results_dir=tmp_path,
+        database_url=child_database_url(),
     )
     assert isinstance(scenario, Scenario)
     assert {(c.system, c.fault) for c in scenario.cells} == {

@@ -82,7 +82,8 @@ class World:
         self.calls = Calls()
         self.target = FaultyTarget(ServiceTarget(**KINDS[kind]), self.calls, self.path)
         self.opened: list[LocalJournal] = []
-        self.gate().journal.grant_lease(
+        self.gate()
+        self.opened[-1].grant_lease(
             Lease("lease_1", "case_1", "email", START + timedelta(hours=48), "support")
         )
 

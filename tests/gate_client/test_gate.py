@@ -19,7 +19,7 @@ from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
 from gate_client.targets import InDoubt, Tier
-from ledger.core.entries import EntryKind
+from ledger.core.entries import Entry, EntryKind
 from testkit.seed_tables import SEED_EMAIL_TABLE
 from testkit.world import ServiceTarget, SimulatedCrash
 
@@ -318,7 +318,7 @@ def test_a_live_attempt_is_waited_for_and_its_answer_stands(
     with pytest.raises(SimulatedCrash):
         world.gate().submit(world.proposal())
     effect_id = world.proposal().effect_id
-    answered = []
+    answered: list[Entry] = []
 
     def the_sender_answers(seconds: float) -> None:
         world.sleep(seconds)

@@ -60,7 +60,10 @@ class Agent:
 
     def propose(self, proposal: Proposal | None = None, **changes: Any) -> Any:
         proposal = proposal or self.proposal()
-        request = {"effect_id": proposal.effect_id, "proposal": self.propose_body(proposal)}
+        request: dict[str, Any] = {
+            "effect_id": proposal.effect_id,
+            "proposal": self.propose_body(proposal),
+        }
         request["proposal"].update(changes)
         return self.client.post("/v1/effects", request, format="json")
 

@@ -30,7 +30,7 @@ def endpoint(acme: Tenant) -> tuple[Endpoint, str]:
     return made, secret
 
 
-def post(endpoint: Endpoint, body: bytes, headers: dict[str, str]) -> Any:
+def post(endpoint: Endpoint, body: bytes, headers: dict[str, Any]) -> Any:
     client = Client(enforce_csrf_checks=True)  # providers have no CSRF token: the view is exempt
     return client.post(
         f"/webhooks/{endpoint.public_id}/", data=body, content_type="application/json", **headers
@@ -154,12 +154,8 @@ def test_the_command_creates_an_endpoint_a_provider_can_post_to(acme: Tenant) ->
     )
     path = out.getvalue().strip()
     body = body_of({"type": "email.sent", "data": {"email_id": "em_1"}})
-    answer = Client().post(
-        path,
-        data=body,
-        content_type="application/json",
-        **signed_headers("resend", body, secret, event_id="msg_1"),
-    )
+    headers: dict[str, Any] = signed_headers("resend", body, secret, event_id="msg_1")
+    answer = Client().post(path, data=body, content_type="application/json", **headers)
     assert answer.status_code == 200, answer.content
     with pytest.raises(CommandError, match="no target 'nope'"):
         call_command(

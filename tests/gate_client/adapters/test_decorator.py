@@ -191,9 +191,9 @@ def test_bad_declarations_and_arguments_fail_before_anything_runs(
     with pytest.raises(ValueError, match="already named"):
         functions.gated(case_id=case, lease_id=lease)(plain)
     with pytest.raises(TypeError):
-        gated_plain("A1", "unexpected")  # type: ignore[call-arg]
+        gated_plain("A1", "unexpected")
     with pytest.raises(ValueError):
-        gated_plain(float("nan"))  # type: ignore[arg-type]
+        gated_plain(float("nan"))
     assert payments.acts() == [] and functions.journal.unsettled() == []
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import stripe
+from stripe.params import RefundCreateParams
 
 from gate_client.adapters.stripe_refunds import (
     METADATA_KEY,
@@ -58,7 +59,7 @@ def grant(journal: LocalJournal, case_id: str) -> None:
 
 def test_localstripe_refunds_twice_under_one_key(client: stripe.StripeClient, payment: str) -> None:
     """Why the target is tier 2 here: this peer does not dedupe, so a key alone is no guard."""
-    params = {"payment_intent": payment, "amount": REFUND_CENTS}
+    params: RefundCreateParams = {"payment_intent": payment, "amount": REFUND_CENTS}
     first = client.v1.refunds.create(params=params, options={"idempotency_key": "k"})
     second = client.v1.refunds.create(params=params, options={"idempotency_key": "k"})
     assert first.id != second.id
@@ -74,7 +75,7 @@ def test_send_carries_the_effect_id_and_the_lookup_finds_it(
     assert isinstance(sent, Sent)
     [refund] = refunds_of(client, payment)
     assert (refund.id, refund.amount) == (sent.result_ref, REFUND_CENTS)
-    assert refund.metadata.to_dict() == {METADATA_KEY: "eff_one"}
+    assert refund.metadata is not None and refund.metadata.to_dict() == {METADATA_KEY: "eff_one"}
     assert target.lookup("eff_one", payload) == Found(sent.result_ref)
     assert target.lookup("eff_other", payload) == NotFound()
     elsewhere = {"payment_intent": "pi_missing", "amount": REFUND_CENTS}
@@ -166,6 +167,7 @@ def test_a_killed_agent_is_recovered_with_exactly_one_refund(
     assert exit_code == -9
     assert receipt["final_state"] == state
     [refund] = refunds_of(client, payment)
+    assert refund.metadata is not None
     assert refund.metadata.to_dict()[METADATA_KEY] == refund_agent.effect_id("case-crash")
 
 

@@ -160,7 +160,13 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Tier, Ru
     directory = tmp_path_factory.mktemp("temporal_services")
     with ExitStack() as stack:
         yield {
-            tier: stack.enter_context(running_server(directory / f"tier{tier.value}.store", **kind))
+            tier: stack.enter_context(
+                running_server(
+                    directory / f"tier{tier.value}.store",
+                    dedupe=kind["dedupe"],
+                    lookup=kind["lookup"],
+                )
+            )
             for tier, kind in SERVICES.items()
         }
 

@@ -2,8 +2,9 @@
 support case through the Resend SDK, the way its system does, and is SIGKILLed at the fault's
 crash point (INTERLOCK_CRASH_AT) or runs to its end and prints its answer as one JSON line.
 
-    python -m experiments.email_worker --system SYSTEM --case CASE --resend URL --world WORLD
-        --app-log PATH [--journal PATH | --notary URL --notary-token TOKEN --tenant SLUG]
+    python -m experiments.workers.email_worker --system SYSTEM --case CASE --resend URL
+        --world WORLD --app-log PATH
+        [--journal PATH | --notary URL --notary-token TOKEN --tenant SLUG]
         [--lease LEASE_ID] [--evidence-wait SECONDS]
 
 Every attempt runs the same code, the first one and the restarted one alike; there is no
@@ -46,8 +47,8 @@ from typing import Any
 import resend
 from resend.exceptions import ResendError
 
-# Run as `python -m experiments.email_worker` from the repository root, or as a file.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Run as `python -m experiments.workers.email_worker` from the repository root, or as a file.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from gate_client.adapters.resend_email import RESEND_KEY_WINDOW
 from gate_client.faults import CrashPoint, crash_point

@@ -33,53 +33,40 @@ could let one sequencer reach. Afterwards the log is checked with `verify_log`, 
 acknowledged request id must appear exactly once, at the seq its caller was told, or the
 benchmark aborts. Tables go to stdout, progress to stderr:
 
-    .venv/bin/python experiments/bench_group_commit.py [--quick] [--profile-sequencer]
+    .venv/bin/python -m experiments.benches.group_commit [--quick] [--profile-sequencer]
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
-import multiprocessing
 import os
 import pstats
-import queue
 import secrets
-import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from itertools import pairwise
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 import redis
-from psycopg.conninfo import conninfo_to_dict
 
-# The script lives in experiments/; the spawned workers import it too, so this runs in each.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from experiments.bench_ledger import (
-    environment,
-    prepare_schema,
-    progress,
-    recreate_database,
-    setup_django,
-    table,
-)
+from experiments.kit.bench import parser, print_total, progress
+from experiments.kit.database import bench_database, create_baseline_table, setup_django
+from experiments.kit.machine import CORES, environment, machine_busy_seconds, print_environment
+from experiments.kit.pool import Child, Pool
+from experiments.kit.stats import mean, percentile
+from experiments.kit.tables import aligned_table
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import EntryKind, check_entry_fields, leaf_bytes
 from ledger.core.verify import LogVerificationError, verify_log
 
 if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
-
     from ledger.models import Log
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_gc"
@@ -95,9 +82,6 @@ MAX_BATCH = 256
 REPLY_TIMEOUT = 30  # seconds a caller waits for its seq before counting a timeout
 REPLY_TTL = 60  # seconds an unread reply (its caller timed out) stays in Redis
 IDLE_POLL = 0.05  # seconds the sequencer blocks on an empty queue before checking for stop
-# Spawning 17 Django processes on 2 cores takes seconds; a worker that never arrives must not
-# hang the run forever.
-START_TIMEOUT = 300.0
 PHASES = (
     "BLPOP first request (incl. waiting)",
     "LPOP the rest of the batch",
@@ -133,13 +117,6 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Ready:
-    """A worker is set up and connected: after starting, and before each job's start signal."""
-
-    worker: str
-
-
-@dataclass(frozen=True)
 class WriterResult:
     """One writer's or caller's run: wall times from time.time(), so the processes agree."""
 
@@ -160,7 +137,13 @@ class SequencerResult:
     cpu: float
 
 
-Report = Ready | WriterResult | SequencerResult | str
+@dataclass(frozen=True)
+class Worker:
+    """A worker process's connections, made once and shared by the jobs it runs."""
+
+    setup: Setup
+    logs: dict[str, Log]
+    client: redis.Redis
 
 
 @dataclass(frozen=True)
@@ -191,55 +174,22 @@ class Measurement:
         return sorted(1000 * latency for w in self.writers for latency in w.latencies)
 
 
-_STARTED = time.perf_counter()
-
-
 # --- Worker processes -------------------------------------------------------------------------
 
 
-@dataclass
-class Worker:
-    """A worker process's connections and signals, shared by the jobs it runs."""
+def worker_setup(setup: Setup) -> Worker:
+    """Django, the logs (ensure_log also opens the database connection) and Redis."""
+    setup_django(setup.database_url)
+    from ledger.services import ensure_log
 
-    setup: Setup
-    logs: dict[str, Log]
-    client: redis.Redis
-    go: Event
-    stop: Event
-    results: Queue[Report]
-
-    def wait_for_go(self) -> None:
-        self.results.put(Ready(multiprocessing.current_process().name))
-        if not self.go.wait(START_TIMEOUT):
-            raise TimeoutError("no start signal")
+    logs = {origin: ensure_log(origin=origin) for origin in ORIGINS}
+    client = redis.Redis.from_url(setup.redis_url)
+    client.ping()
+    return Worker(setup, logs, client)
 
 
-def worker_main(
-    setup: Setup, inbox: Queue[Job | None], go: Event, stop: Event, results: Queue[Report]
-) -> None:
-    """A worker process: its own Django setup, database and Redis connections, then jobs until
-    told to stop. An error goes to the parent instead of leaving it waiting."""
-    try:
-        setup_django(setup.database_url)
-        from ledger.services import ensure_log
-
-        # ensure_log also opens this process's database connection.
-        logs = {origin: ensure_log(origin=origin) for origin in ORIGINS}
-        client = redis.Redis.from_url(setup.redis_url)
-        client.ping()
-        worker = Worker(setup, logs, client, go, stop, results)
-        results.put(Ready(multiprocessing.current_process().name))
-        runners = {
-            "baseline": run_baseline,
-            "append_entry": run_append_entry,
-            "batches_alone": run_batches_alone,
-            "caller": run_caller,
-            "sequencer": run_sequencer,
-        }
-        while (job := inbox.get()) is not None:
-            results.put(runners[job.mode](worker, job))
-    except Exception as exc:
-        results.put(f"{multiprocessing.current_process().name}: {exc!r}")
+def worker_run(child: Child, job: Job) -> WriterResult | SequencerResult:
+    return RUNNERS[job.mode](child, child.state, job)
 
 
 def entry_body(worker: int, n: int, request_id: str) -> dict[str, Any]:
@@ -247,7 +197,23 @@ def entry_body(worker: int, n: int, request_id: str) -> dict[str, Any]:
     return {"n": n, "request": request_id, "writer": worker}
 
 
-def run_baseline(worker: Worker, job: Job) -> WriterResult:
+def timed_loop(child: Child, job: Job, step: Callable[[int], int]) -> WriterResult:
+    """Call `step(entries so far)` (it returns the entries it added) until job.seconds pass,
+    timing each call; the start waits for the signal."""
+    latencies: list[float] = []
+    entries = 0
+    child.ready()
+    cpu = time.process_time()
+    start = end = time.time()
+    while end < start + job.seconds:
+        began = time.perf_counter()
+        entries += step(entries)
+        latencies.append(time.perf_counter() - began)
+        end = time.time()
+    return WriterResult(start, end, entries, latencies, time.process_time() - cpu)
+
+
+def run_baseline(child: Child, worker: Worker, job: Job) -> WriterResult:
     """Single-row INSERT + COMMIT of an entry's leaf bytes: the cost of one commit per row."""
     body = leaf_bytes(
         seq=0,
@@ -257,63 +223,49 @@ def run_baseline(worker: Worker, job: Job) -> WriterResult:
         created_at=datetime.now(UTC),
         prev_hash=bytes(32),
     )
-    latencies: list[float] = []
     with psycopg.connect(worker.setup.database_url, autocommit=True) as conn:
-        worker.wait_for_go()
-        cpu = time.process_time()
-        start = end = time.time()
-        while end < start + job.seconds:
-            began = time.perf_counter()
+
+        def insert(_: int) -> int:
             conn.execute("INSERT INTO bench_baseline (body) VALUES (%s)", (body,))
-            latencies.append(time.perf_counter() - began)
-            end = time.time()
-    return WriterResult(start, end, len(latencies), latencies, time.process_time() - cpu)
+            return 1
+
+        return timed_loop(child, job, insert)
 
 
-def run_append_entry(worker: Worker, job: Job) -> WriterResult:
+def run_append_entry(child: Child, worker: Worker, job: Job) -> WriterResult:
     """The locked path: each call takes the log's row lock and commits its own transaction."""
     from ledger.services import append_entry
 
     log = worker.logs[LOCKED_ORIGIN]
-    latencies: list[float] = []
-    worker.wait_for_go()
-    cpu = time.process_time()
-    start = end = time.time()
-    while end < start + job.seconds:
-        body = entry_body(job.worker, len(latencies), uuid.uuid4().hex)
-        began = time.perf_counter()
-        append_entry(log=log, kind=KIND, body=body, effect_id=f"w{job.worker}-{len(latencies)}")
-        latencies.append(time.perf_counter() - began)
-        end = time.time()
-    return WriterResult(start, end, len(latencies), latencies, time.process_time() - cpu)
+
+    def append(n: int) -> int:
+        body = entry_body(job.worker, n, uuid.uuid4().hex)
+        append_entry(log=log, kind=KIND, body=body, effect_id=f"w{job.worker}-{n}")
+        return 1
+
+    return timed_loop(child, job, append)
 
 
-def run_batches_alone(worker: Worker, job: Job) -> WriterResult:
+def run_batches_alone(child: Child, worker: Worker, job: Job) -> WriterResult:
     """The sequencer's database work with no callers and no Redis: one process appending
     WRITERS entries per append_entries call, the most one batch holds here. No transport can
     make the sequencer faster than this."""
     from ledger.services import NewEntry, append_entries
 
     log = worker.logs[ALONE_ORIGIN]
-    latencies: list[float] = []
-    worker.wait_for_go()
-    cpu = time.process_time()
-    start = end = time.time()
-    entries = 0
-    while end < start + job.seconds:
+
+    def append(entries: int) -> int:
         items = []
         for n in range(entries, entries + WRITERS):
             body = canonical_json(entry_body(job.worker, n, uuid.uuid4().hex))
             items.append(NewEntry(kind=KIND, body=body, effect_id=f"w{job.worker}-{n}"))
-        began = time.perf_counter()
         append_entries(log=log, items=items)
-        latencies.append(time.perf_counter() - began)
-        entries += len(items)
-        end = time.time()
-    return WriterResult(start, end, entries, latencies, time.process_time() - cpu)
+        return len(items)
+
+    return timed_loop(child, job, append)
 
 
-def run_caller(worker: Worker, job: Job) -> WriterResult:
+def run_caller(child: Child, worker: Worker, job: Job) -> WriterResult:
     """Validate and encode outside any lock, push, then wait for the seq; an entry counts only
     once its reply carries the seq. Latency runs from the push to the reply."""
     client = worker.client
@@ -321,7 +273,7 @@ def run_caller(worker: Worker, job: Job) -> WriterResult:
     latencies: list[float] = []
     acked: list[tuple[str, int]] = []
     timeouts = 0
-    worker.wait_for_go()
+    child.ready()
     cpu = time.process_time()
     start = end = time.time()
     n = 0
@@ -347,20 +299,17 @@ def run_caller(worker: Worker, job: Job) -> WriterResult:
     return WriterResult(start, end, len(acked), latencies, cpu, acked, timeouts)
 
 
-def run_sequencer(worker: Worker, job: Job) -> SequencerResult:
+def run_sequencer(child: Child, worker: Worker, job: Job) -> SequencerResult:
     """Pop whatever is queued, append it all in one transaction, then reply to each caller; stop
     once told to and the queue stays empty for IDLE_POLL."""
-    from ledger.services import NewEntry, append_entries
-
     client = worker.client
-    log = worker.logs[GROUPED_ORIGIN]
     requests = worker.setup.requests_key(GROUPED_ORIGIN)
     phases = dict.fromkeys(PHASES, 0.0)
     batches: list[int] = []
     # CPU time, not wall time: on a crowded machine wall time charges a function for the time
     # the sequencer sat runnable, waiting for a core.
     profiler = cProfile.Profile(time.process_time) if worker.setup.profile_sequencer else None
-    worker.wait_for_go()
+    child.ready()
     cpu = time.process_time()
     started = last_reply = time.perf_counter()
     if profiler is not None:
@@ -368,32 +317,15 @@ def run_sequencer(worker: Worker, job: Job) -> SequencerResult:
     while True:
         t0 = time.perf_counter()
         first = client.blpop([requests], timeout=IDLE_POLL)
-        t1 = time.perf_counter()
         if first is None:
-            if worker.stop.is_set():
+            if child.stop.is_set():
                 break
             continue
-        messages = [first[1], *(client.lpop(requests, MAX_BATCH - 1) or [])]
-        t2 = time.perf_counter()
-        decoded = [json.loads(message) for message in messages]
-        items = [
-            NewEntry(kind=r["kind"], body=r["body"].encode(), effect_id=r["effect_id"])
-            for r in decoded
-        ]
-        t3 = time.perf_counter()
-        entries = append_entries(log=log, items=items)
-        t4 = time.perf_counter()
-        pipe = client.pipeline(transaction=False)
-        for request, entry in zip(decoded, entries, strict=True):
-            key = worker.setup.reply_key(request["id"])
-            pipe.rpush(key, entry.seq)
-            pipe.expire(key, REPLY_TTL)
-        pipe.execute()
-        last_reply = time.perf_counter()
-        marks = (t0, t1, t2, t3, t4, last_reply)
+        marks = [t0, time.perf_counter()]
+        batches.append(sequence_batch(worker, first[1], marks))
+        last_reply = marks[-1]
         for phase, (begin, end) in zip(PHASES, pairwise(marks), strict=True):
             phases[phase] += end - begin
-        batches.append(len(items))
     if profiler is not None:
         profiler.disable()
         print("\n--- sequencer profile (cProfile, own CPU time) ---", file=sys.stderr)
@@ -401,18 +333,44 @@ def run_sequencer(worker: Worker, job: Job) -> SequencerResult:
     return SequencerResult(batches, phases, last_reply - started, time.process_time() - cpu)
 
 
-# --- The parent: pool, CPU accounting, verification -------------------------------------------
+def sequence_batch(worker: Worker, first: bytes | str, marks: list[float]) -> int:
+    """One batch: the rest of the queue, decoded, appended in one transaction, replied to;
+    the time after each phase is added to `marks`. Returns the batch's size."""
+    from ledger.services import NewEntry, append_entries
+
+    client = worker.client
+    requests = worker.setup.requests_key(GROUPED_ORIGIN)
+    messages = [first, *(client.lpop(requests, MAX_BATCH - 1) or [])]
+    marks.append(time.perf_counter())
+    decoded = [json.loads(message) for message in messages]
+    items = [
+        NewEntry(kind=r["kind"], body=r["body"].encode(), effect_id=r["effect_id"]) for r in decoded
+    ]
+    marks.append(time.perf_counter())
+    entries = append_entries(log=worker.logs[GROUPED_ORIGIN], items=items)
+    marks.append(time.perf_counter())
+    pipe = client.pipeline(transaction=False)
+    for request, entry in zip(decoded, entries, strict=True):
+        key = worker.setup.reply_key(request["id"])
+        pipe.rpush(key, entry.seq)
+        pipe.expire(key, REPLY_TTL)
+    pipe.execute()
+    marks.append(time.perf_counter())
+    return len(items)
 
 
-def machine_busy_seconds() -> float | None:
-    """CPU-seconds all cores have spent busy since boot (Linux); None elsewhere."""
-    try:
-        first_line = Path("/proc/stat").read_text().split("\n", 1)[0]
-    except OSError:
-        return None
-    # user nice system idle iowait irq softirq steal (guest time is already counted in user)
-    ticks = [int(value) for value in first_line.split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+RUNNERS: dict[str, Callable[[Child, Worker, Job], WriterResult | SequencerResult]] = {
+    "baseline": run_baseline,
+    "append_entry": run_append_entry,
+    "batches_alone": run_batches_alone,
+    "caller": run_caller,
+    "sequencer": run_sequencer,
+}
+
+
+# --- The parent: runs, CPU accounting, verification -------------------------------------------
+
+WorkerPool = Pool[Job, WriterResult | SequencerResult]
 
 
 def redis_cpu_seconds(client: redis.Redis) -> float:
@@ -420,91 +378,38 @@ def redis_cpu_seconds(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-class Pool:
-    """WRITERS worker processes plus one for the sequencer, spawned once and reused: starting 17
-    Django processes costs seconds of CPU on a small machine."""
-
-    def __init__(self, setup: Setup, client: redis.Redis) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.client = client
-        self.go = context.Event()
-        self.stop = context.Event()
-        self.results: Queue[Report] = context.Queue()
-        self.inboxes: list[Queue[Job | None]] = [context.Queue() for _ in range(WRITERS + 1)]
-        self.processes = [
-            context.Process(
-                target=worker_main,
-                args=(setup, inbox, self.go, self.stop, self.results),
-                name=f"worker-{worker}",
-                daemon=True,
-            )
-            for worker, inbox in enumerate(self.inboxes)
-        ]
-        for process in self.processes:
-            process.start()
-        self.collect(len(self.processes))
-
-    def run(self, path: str, mode: Mode, seconds: float) -> Measurement:
-        """Release the writers (and for callers, the sequencer) together once all are connected;
-        stop the sequencer only after every caller has its last reply. batches_alone runs in
-        the sequencer's process only."""
-        self.go.clear()
-        self.stop.clear()
-        workers = [WRITERS] if mode == "batches_alone" else list(range(WRITERS))
-        for worker in workers:
-            self.inboxes[worker].put(Job(mode, worker, seconds))
-        grouped = mode == "caller"
-        if grouped:
-            self.inboxes[WRITERS].put(Job("sequencer", WRITERS, seconds))
-        self.collect(len(workers) + grouped)
-        machine_before, redis_before = machine_busy_seconds(), redis_cpu_seconds(self.client)
-        self.go.set()
-        writers = [
-            report
-            for report in self.collect(len(workers), timeout=START_TIMEOUT + seconds)
-            if isinstance(report, WriterResult)
-        ]
-        machine_after, redis_after = machine_busy_seconds(), redis_cpu_seconds(self.client)
-        self.stop.set()
-        sequencer = None
-        if grouped:
-            report = self.collect(1)[0]
-            sequencer = report if isinstance(report, SequencerResult) else None
-        machine_cpu = (
-            machine_after - machine_before
-            if machine_before is not None and machine_after is not None
-            else None
-        )
-        return Measurement(
-            path=path,
-            processes=len(workers) + grouped,
-            writers=writers,
-            sequencer=sequencer,
-            machine_cpu=machine_cpu,
-            redis_cpu=redis_after - redis_before,
-        )
-
-    def collect(self, count: int, timeout: float = START_TIMEOUT) -> list[Report]:
-        try:
-            reports = [self.results.get(timeout=timeout) for _ in range(count)]
-        except queue.Empty as exc:
-            raise SystemExit("a worker process stopped answering") from exc
-        errors = [report for report in reports if isinstance(report, str)]
-        if errors:
-            raise SystemExit("workers failed:\n" + "\n".join(errors))
-        return reports
-
-    def close(self) -> None:
-        """Stop the workers; one still stuck after an abort (a caller waiting for a reply that
-        will not come) is terminated."""
-        self.stop.set()
-        for inbox in self.inboxes:
-            inbox.put(None)
-        for process in self.processes:
-            process.join(timeout=10)
-            if process.is_alive():
-                process.terminate()
-                process.join()
+def measure(
+    pool: WorkerPool, client: redis.Redis, path: str, mode: Mode, seconds: float
+) -> Measurement:
+    """Release the writers (and for callers, the sequencer) together once all are connected;
+    stop the sequencer only after every caller has its last reply. batches_alone runs in
+    the sequencer's process only."""
+    jobs: list[Job | None] = [Job(mode, w, seconds) for w in range(WRITERS)] + [None]
+    if mode == "batches_alone":
+        jobs = [None] * WRITERS + [Job(mode, WRITERS, seconds)]
+    grouped = mode == "caller"
+    if grouped:
+        jobs[WRITERS] = Job("sequencer", WRITERS, seconds)
+    busy = pool.dispatch(jobs)
+    machine_before, redis_before = machine_busy_seconds(), redis_cpu_seconds(client)
+    pool.go.set()
+    writers = pool.results(busy - grouped)
+    machine_after, redis_after = machine_busy_seconds(), redis_cpu_seconds(client)
+    pool.stop.set()
+    sequencer = pool.results(1)[0] if grouped else None
+    machine_cpu = (
+        machine_after - machine_before
+        if machine_before is not None and machine_after is not None
+        else None
+    )
+    return Measurement(
+        path=path,
+        processes=busy,
+        writers=[w for w in writers if isinstance(w, WriterResult)],
+        sequencer=sequencer if isinstance(sequencer, SequencerResult) else None,
+        machine_cpu=machine_cpu,
+        redis_cpu=redis_after - redis_before,
+    )
 
 
 def check_log_size(log: Log, measured: Measurement) -> None:
@@ -561,10 +466,6 @@ def verify_grouped_log(log: Log, measured: Measurement, *, queued: int) -> int:
 # --- Output and entry point -------------------------------------------------------------------
 
 
-def p95(values: Sequence[float]) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[94]
-
-
 def throughput_row(measured: Measurement, baseline: Measurement) -> list[str]:
     latencies = measured.latencies_ms
     return [
@@ -575,14 +476,14 @@ def throughput_row(measured: Measurement, baseline: Measurement) -> list[str]:
         f"{measured.per_second:,.0f}",
         f"{baseline.per_second:,.0f}",
         f"{measured.per_second / baseline.per_second:.2f}",
-        f"{statistics.median(latencies):.2f}",
-        f"{p95(latencies):.2f}",
+        f"{percentile(latencies, 50):.2f}",
+        f"{percentile(latencies, 95):.2f}",
     ]
 
 
 def batch_table(sequencer: SequencerResult, measured: Measurement, unacked: int) -> str:
     batches = sequencer.batches
-    return table(
+    return aligned_table(
         [
             "transactions",
             "entries/transaction: median",
@@ -595,10 +496,10 @@ def batch_table(sequencer: SequencerResult, measured: Measurement, unacked: int)
         [
             [
                 f"{len(batches):,}",
-                f"{statistics.median(batches):g}",
-                f"{p95(batches):g}",
+                f"{percentile(batches, 50):g}",
+                f"{percentile(batches, 95):g}",
                 str(max(batches)),
-                f"{statistics.fmean(batches):.1f}",
+                f"{mean(batches):.1f}",
                 str(sum(w.timeouts for w in measured.writers)),
                 str(unacked),
             ]
@@ -613,11 +514,7 @@ def sequencer_table(sequencer: SequencerResult) -> str:
         for phase, seconds in sequencer.phases.items()
     ]
     rows.append(
-        [
-            "wall time, start to last reply",
-            f"{1e6 * sequencer.busy / entries:.1f}",
-            "100.0",
-        ]
+        ["wall time, start to last reply", f"{1e6 * sequencer.busy / entries:.1f}", "100.0"]
     )
     rows.append(
         [
@@ -626,7 +523,7 @@ def sequencer_table(sequencer: SequencerResult) -> str:
             f"{100 * sequencer.cpu / sequencer.busy:.1f}",
         ]
     )
-    return table(["sequencer phase", "µs per entry", "% of its wall time"], rows)
+    return aligned_table(["sequencer phase", "µs per entry", "% of its wall time"], rows)
 
 
 def cpu_row(measured: Measurement) -> list[str]:
@@ -646,24 +543,44 @@ def cpu_row(measured: Measurement) -> list[str]:
         f"{measured.machine_cpu / measured.seconds:.2f}",
         *(f"{1e6 * s / entries:.0f}" for s in (*per_entry, rest)),
         f"{total_us:.0f}",
-        f"{(os.cpu_count() or 1) * 1e6 / total_us:,.0f}",
+        f"{CORES * 1e6 / total_us:,.0f}",
     ]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="2 s per configuration, not 5")
-    parser.add_argument("--seconds", type=float, help="seconds per configuration")
-    parser.add_argument(
+def run_all(setup: Setup, client: redis.Redis, seconds: float) -> list[Measurement]:
+    """The four configurations, in one pool of WRITERS workers and a sequencer (spawning 17
+    Django processes costs seconds of CPU on a small machine); the Redis keys deleted after."""
+    progress(f"spawning {WRITERS} writer processes and a sequencer")
+    configurations: list[tuple[str, Mode]] = [
+        ("INSERT+COMMIT baseline", "baseline"),
+        ("append_entry (row lock, commit each)", "append_entry"),
+        (f"append_entries alone, {WRITERS}/call (sequencer ceiling)", "batches_alone"),
+        ("Redis sequencer, append_entries per batch", "caller"),
+    ]
+    pool: WorkerPool = Pool(WRITERS + 1, worker_run, setup=partial(worker_setup, setup))
+    try:
+        measured = []
+        for path, mode in configurations:
+            progress(path)
+            measured.append(measure(pool, client, path, mode, seconds))
+        return measured
+    finally:
+        progress("stopping the workers, deleting the Redis keys")
+        pool.close()
+        for key in client.scan_iter(match=f"{setup.prefix}:*"):
+            client.delete(key)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parser(__doc__)
+    options.add_argument("--quick", action="store_true", help="2 s per configuration, not 5")
+    options.add_argument("--seconds", type=float, help="seconds per configuration")
+    options.add_argument(
         "--profile-sequencer",
         action="store_true",
         help="cProfile the sequencer and print its top functions to stderr (slows it down)",
     )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = options.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 5.0)
     database_url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
     setup = Setup(
@@ -672,68 +589,38 @@ def main(argv: Sequence[str] | None = None) -> None:
         prefix=f"bench-gc-{secrets.token_hex(4)}",
         profile_sequencer=args.profile_sequencer,
     )
-    load_at_start = os.getloadavg()[0]
-    progress(f"recreating {conninfo_to_dict(database_url).get('dbname')} and migrating")
-    recreate_database(database_url)
-    setup_django(database_url)
-    prepare_schema(database_url)
-    from ledger.services import ensure_log
-
-    logs = {origin: ensure_log(origin=origin) for origin in ORIGINS}
     client = redis.Redis.from_url(setup.redis_url)
-    progress(f"spawning {WRITERS} writer processes and a sequencer")
-    pool = Pool(setup, client)
-    try:
-        progress(f"{WRITERS} x INSERT+COMMIT baseline")
-        baseline = pool.run("INSERT+COMMIT baseline", "baseline", seconds)
-        progress(f"{WRITERS} x append_entry")
-        locked = pool.run("append_entry (row lock, commit each)", "append_entry", seconds)
-        progress(f"append_entries alone, {WRITERS} per call, one process")
-        alone = pool.run(
-            f"append_entries alone, {WRITERS}/call (sequencer ceiling)", "batches_alone", seconds
-        )
-        progress(f"{WRITERS} callers -> Redis -> sequencer -> append_entries")
-        grouped = pool.run("Redis sequencer, append_entries per batch", "caller", seconds)
-        queued = client.llen(setup.requests_key(GROUPED_ORIGIN))
-    finally:
-        progress("stopping the workers, deleting the Redis keys")
-        pool.close()
-        for key in client.scan_iter(match=f"{setup.prefix}:*"):
-            client.delete(key)
-    if grouped.sequencer is None:
-        raise SystemExit("the sequencer sent no result")
-    check_log_size(logs[LOCKED_ORIGIN], locked)
-    check_log_size(logs[ALONE_ORIGIN], alone)
-    progress("verifying the group-commit log and every acknowledgement")
-    unacked = verify_grouped_log(logs[GROUPED_ORIGIN], grouped, queued=queued)
+    with bench_database(database_url, keep=True):
+        create_baseline_table(database_url)
+        from ledger.services import ensure_log
 
-    print("## Environment\n")
-    print(
-        table(
-            ["setting", "value"],
-            [
-                *environment(database_url, load_at_start),
-                ["Redis", str(client.info("server")["redis_version"])],
-            ],
-        )
-    )
+        logs = {origin: ensure_log(origin=origin) for origin in ORIGINS}
+        _, locked, alone, grouped = runs = run_all(setup, client, seconds)
+        queued = client.llen(setup.requests_key(GROUPED_ORIGIN))
+        if grouped.sequencer is None:
+            raise SystemExit("the sequencer sent no result")
+        check_log_size(logs[LOCKED_ORIGIN], locked)
+        check_log_size(logs[ALONE_ORIGIN], alone)
+        progress("verifying the group-commit log and every acknowledgement")
+        unacked = verify_grouped_log(logs[GROUPED_ORIGIN], grouped, queued=queued)
+        environment_rows = environment(database_url)
+    print_results(runs, grouped.sequencer, unacked, seconds, environment_rows, client)
+
+
+def print_results(
+    runs: Sequence[Measurement],
+    sequencer: SequencerResult,
+    unacked: int,
+    seconds: float,
+    environment_rows: list[list[str]],
+    client: redis.Redis,
+) -> None:
+    baseline, grouped = runs[0], runs[-1]
+    print_environment([*environment_rows, ["Redis", str(client.info("server")["redis_version"])]])
     print(f"\n## Appends to one log, {WRITERS} writers, {seconds:g} s per configuration\n")
-    print(
-        table(
-            [
-                "path",
-                "processes",
-                "entries",
-                "seconds",
-                "entries/s",
-                "INSERT+COMMIT rows/s",
-                "ratio",
-                "median ms",
-                "p95 ms",
-            ],
-            [throughput_row(m, baseline) for m in (baseline, locked, alone, grouped)],
-        )
-    )
+    headers = ["path", "processes", "entries", "seconds", "entries/s", "INSERT+COMMIT rows/s"]
+    headers += ["ratio", "median ms", "p95 ms"]
+    print(aligned_table(headers, [throughput_row(m, baseline) for m in runs]))
     print(
         "\nratio = entries/s over the INSERT+COMMIT baseline's rows/s, same run (goal: >= 2). "
         "Latency: one INSERT+COMMIT, one append_entry or append_entries call, or for the "
@@ -742,38 +629,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"runs {WRITERS} callers plus the sequencer."
     )
     print("\n## Group commit: entries per transaction\n")
-    print(batch_table(grouped.sequencer, grouped, unacked))
+    print(batch_table(sequencer, grouped, unacked))
     print(
         f"\nThe log verified (verify_log: gapless seqs, chain, Merkle nodes, head) and each of "
         f"the {grouped.entries:,} acknowledged request ids is in it once, at the seq its caller "
         "was told."
     )
     print("\n## Where the sequencer's time goes\n")
-    print(sequencer_table(grouped.sequencer))
+    print(sequencer_table(sequencer))
     print("\n## CPU per entry (µs), all processes on this machine\n")
-    print(
-        table(
-            [
-                "path",
-                "entries/s",
-                "cores busy",
-                "writers/callers",
-                "sequencer",
-                "Redis",
-                "PostgreSQL + rest",
-                "total",
-                "entries/s if CPU-bound",
-            ],
-            [cpu_row(m) for m in (baseline, locked, alone, grouped)],
-        )
-    )
+    headers = ["path", "entries/s", "cores busy", "writers/callers", "sequencer", "Redis"]
+    headers += ["PostgreSQL + rest", "total", "entries/s if CPU-bound"]
+    print(aligned_table(headers, [cpu_row(m) for m in runs]))
     print(
         f"\ncores busy = machine busy CPU-seconds over the run's wall time ({os.cpu_count()} "
         "cores); PostgreSQL + rest = machine busy time less the workers', the sequencer's and "
         "Redis's own (it includes other load on the machine); entries/s if CPU-bound = cores "
         "over total CPU per entry."
     )
-    print(f"\nTotal run time {time.perf_counter() - _STARTED:.0f} s.")
+    print_total()
 
 
 if __name__ == "__main__":

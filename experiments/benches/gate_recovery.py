@@ -12,16 +12,14 @@ shown on its own in the last row (sampled between the crashes, under the same lo
 is checked against the service's own record and the expected final state, and the benchmark
 aborts on any other outcome. Tables go to stdout, progress to stderr:
 
-    .venv/bin/python experiments/bench_gate_recovery.py [--crashes N]
+    .venv/bin/python -m experiments.benches.gate_recovery [--quick] [--crashes N]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,20 +30,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-# The script lives in experiments/; the agent and the service live in testkit/.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from experiments.kit.bench import parser, print_total, progress
+from experiments.kit.machine import environment, print_environment
+from experiments.kit.stats import percentile
+from experiments.kit.tables import markdown_table
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.targets import Tier
 from testkit.agents.agent_process import ACTION, LEASE_ID, effect_id
+from testkit.paths import REPO_ROOT
 from testkit.peers.reference_service import RunningServer, running_server
 from testkit.processes import armed_env
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CRASH = CrashPoint.AFTER_TARGET_ACTED
 IN_FLIGHT = {"PROPOSED", "DISPATCHED"}
+CRASHES = {"quick": 2, "default": 20}
 
 
 @dataclass(frozen=True)
@@ -63,31 +63,10 @@ class Target:
 
 
 TARGETS = [
-    Target(
-        "T1",
-        Tier.DEDUPES,
-        queryable=False,
-        dedupe=True,
-        lookup=False,
-        settles_as="COMMITTED_BY_RETRY",
-    ),
-    Target(
-        "T1L",
-        Tier.DEDUPES,
-        queryable=True,
-        dedupe=True,
-        lookup=True,
-        settles_as="COMMITTED_BY_RETRY",
-    ),
-    Target(
-        "T2",
-        Tier.LOOKUP,
-        queryable=True,
-        dedupe=False,
-        lookup=True,
-        settles_as="COMMITTED_ON_QUERY",
-    ),
-    Target("T3", Tier.NEITHER, queryable=False, dedupe=False, lookup=False, settles_as="AMBIGUOUS"),
+    Target("T1", Tier.DEDUPES, False, dedupe=True, lookup=False, settles_as="COMMITTED_BY_RETRY"),
+    Target("T1L", Tier.DEDUPES, True, dedupe=True, lookup=True, settles_as="COMMITTED_BY_RETRY"),
+    Target("T2", Tier.LOOKUP, True, dedupe=False, lookup=True, settles_as="COMMITTED_ON_QUERY"),
+    Target("T3", Tier.NEITHER, False, dedupe=False, lookup=False, settles_as="AMBIGUOUS"),
 ]
 
 
@@ -98,11 +77,8 @@ class Settled:
     acts: int
 
 
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def agent(args: list[str], *, crash: CrashPoint | None = None) -> subprocess.Popen[str]:
+    """testkit's agent process, armed to SIGKILL itself at `crash` (or not armed)."""
     return subprocess.Popen(
         [sys.executable, "-m", "testkit.agents.agent_process", *args],
         cwd=REPO_ROOT,
@@ -122,14 +98,13 @@ def crash_then_settle(worker_args: list[str], restart_args: list[str]) -> tuple[
     died = time.perf_counter()
     restarted = agent(restart_args)
     assert restarted.stdout is not None
+    settled, state = math.nan, "nothing"
     for line in restarted.stdout:
         printed = json.loads(line)
         state = printed["receipt"]["final_state"] if "receipt" in printed else "SENT"
         if state not in IN_FLIGHT:
             settled = time.perf_counter() - died
             break
-    else:
-        settled, state = math.nan, "nothing"
     _, stderr = restarted.communicate(timeout=60)
     if restarted.returncode != 0 or math.isnan(settled):
         raise SystemExit(f"the restarted process settled {state}: {stderr}")
@@ -173,76 +148,68 @@ def process_start() -> float:
     return seconds
 
 
-def p95(samples: Sequence[float]) -> float:
-    """Nearest rank: with 20 samples, the 19th smallest."""
-    ordered = sorted(samples)
-    return ordered[math.ceil(0.95 * len(ordered)) - 1]
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def acts_column(runs: Sequence[Settled]) -> str:
-    counts = sorted({run.acts for run in runs})
-    return " or ".join(str(count) for count in counts)
+def timing_cells(runs: Sequence[Settled]) -> list[str]:
+    """Median, p95 and how many times the service acted (each count seen)."""
+    seconds = [run.seconds for run in runs]
+    acts = " or ".join(str(count) for count in sorted({run.acts for run in runs}))
+    return [ms(percentile(seconds, 50)), ms(percentile(seconds, 95)), acts]
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--crashes", type=int, default=20, help="SIGKILLs per target and system")
-    return parser.parse_args(argv)
+def bench_target(
+    target: Target, server: RunningServer, directory: Path, crashes: int, start: list[float]
+) -> list[str]:
+    """`crashes` gate and plain-retry crashes against one target; a process start-up sample
+    after each pair goes to `start`."""
+    token = os.urandom(4).hex()
+    gate, plain = [], []
+    for n in range(crashes):
+        progress(f"{target.name}: crash {n + 1}/{crashes}")
+        gate.append(gate_crash(target, server, directory, f"gate-{token}-{target.name}-{n}"))
+        plain.append(plain_crash(server, f"plain-{token}-{target.name}-{n}"))
+        start.append(process_start())
+    wrong = [run for run in gate if (run.state, run.acts) != (target.settles_as, 1)]
+    if wrong:
+        raise SystemExit(f"{target.name}: want {target.settles_as} acting once, got {wrong}")
+    name = f"{target.name} (tier {target.tier.value}{', lookup' * target.queryable})"
+    return [name, target.settles_as, *timing_cells(gate), *timing_cells(plain)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    crashes = parse_args(argv).crashes
+    options = parser(__doc__)
+    options.add_argument(
+        "--quick", action="store_true", help=f"a smoke run: {CRASHES['quick']} crashes per cell"
+    )
+    options.add_argument(
+        "--crashes", type=int, help=f"SIGKILLs per target and system (default {CRASHES['default']})"
+    )
+    args = options.parse_args(argv)
+    crashes = args.crashes or CRASHES["quick" if args.quick else "default"]
     rows = []
     start: list[float] = []  # sampled between crashes, so it sees the same machine load
     with tempfile.TemporaryDirectory(prefix="bench_gate_recovery_") as tmp, ExitStack() as stack:
         directory = Path(tmp)
-        token = os.urandom(4).hex()
         for target in TARGETS:
+            store = directory / f"{target.name}.store"
             server = stack.enter_context(
-                running_server(
-                    directory / f"{target.name}.store", dedupe=target.dedupe, lookup=target.lookup
-                )
+                running_server(store, dedupe=target.dedupe, lookup=target.lookup)
             )
-            gate, plain = [], []
-            for n in range(crashes):
-                progress(f"{target.name}: crash {n + 1}/{crashes}")
-                gate.append(
-                    gate_crash(target, server, directory, f"gate-{token}-{target.name}-{n}")
-                )
-                plain.append(plain_crash(server, f"plain-{token}-{target.name}-{n}"))
-                start.append(process_start())
-            wrong = [run for run in gate if (run.state, run.acts) != (target.settles_as, 1)]
-            if wrong:
-                raise SystemExit(
-                    f"{target.name}: want {target.settles_as} acting once, got {wrong}"
-                )
-            gate_s = [run.seconds for run in gate]
-            plain_s = [run.seconds for run in plain]
-            rows.append(
-                f"| {target.name} (tier {target.tier.value}{', lookup' * target.queryable}) "
-                f"| {target.settles_as} | {ms(statistics.median(gate_s))} | {ms(p95(gate_s))} "
-                f"| {acts_column(gate)} | {ms(statistics.median(plain_s))} | {ms(p95(plain_s))} "
-                f"| {acts_column(plain)} |"
-            )
-    print(f"## Crash at {CRASH} to settled ({crashes} SIGKILLs per cell)\n")
-    print(
-        "| target | gate settles as | gate median | gate p95 | service acted (gate) "
-        "| plain retry median | plain retry p95 | service acted (plain) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    print(
-        f"| process start-up and imports alone | | {ms(statistics.median(start))} "
-        f"| {ms(p95(start))} | | | | |"
-    )
+            rows.append(bench_target(target, server, directory, crashes, start))
+    startup = ms(percentile(start, 50)), ms(percentile(start, 95))
+    rows.append(["process start-up and imports alone", "", *startup, "", "", "", ""])
+    print_environment(environment(None))
+    print(f"\n## Crash at {CRASH} to settled ({crashes} SIGKILLs per cell)\n")
+    header = ["target", "gate settles as", "gate median", "gate p95", "service acted (gate)"]
+    header += ["plain retry median", "plain retry p95", "service acted (plain)"]
+    print(markdown_table(header, rows))
     print(
         "\nservice acted = times the service's own store shows it acted for the effect (1 is "
         "right); the plain retry sends no key, so no service can tell its resend from a new one."
     )
+    print_total()
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ tier 2 target and a crash after the commit is settled without applying the patch
 Submissions hold the repository's merge lock from the re-check through the commit, so the
 re-check and the apply are one step for every agent.
 
-    python -m experiments.coding_agent submit --repo R --journal J --agent a --edit add_total \\
-        --premises symbols [--after EFFECT_ID] [--wait-go]
-    python -m experiments.coding_agent recover --repo R --journal J --agent a
+    python -m experiments.workers.coding_agent submit --repo R --journal J --agent a \\
+        --edit add_total --premises symbols [--after EFFECT_ID] [--wait-go]
+    python -m experiments.workers.coding_agent recover --repo R --journal J --agent a
 
 Both print JSON lines: ``{"event": "read", ...}`` once the agent has read the code, then
 ``{"event": "receipt", ...}`` per effect it settled. ``--wait-go`` waits for a line on stdin

@@ -35,7 +35,7 @@ recreated at start, a name without "bench" is refused) and drops it at the end u
 export files go to a temporary directory removed at the end. Tables go to stdout, progress to
 stderr:
 
-    .venv/bin/python experiments/bench_exports.py [--quick] [--receipts 100000] [--per-case 100]
+    .venv/bin/python -m experiments.benches.exports [--quick] [--receipts 100000] [--per-case 100]
         [--breakdown] [--database-url ...] [--keep]
 """
 
@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -61,22 +61,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from tqdm import tqdm
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from experiments.bench_ledger import environment, progress, setup_django, table
-from experiments.notary_bench import bench_database
+from experiments.kit.bench import bar, parser, print_total, progress
+from experiments.kit.database import add_database_argument, bench_database
+from experiments.kit.machine import environment, print_environment
+from experiments.kit.tables import aligned_table
 from gate_client.journal import DispatchRequest
 from gate_client.proposal import Proposal
 from ledger.core.entries import EntryKind
-from testkit.notary_server import REPO_ROOT
+from testkit.paths import REPO_ROOT
+from testkit.processes import armed_env
 
 if TYPE_CHECKING:
     from ledger.core.note import Signer
     from ledger.services import NewEntry
+    from notary.models import Tenant
 
-DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_exports"
 ACTION = "refund"
 APPROVER = "finance"
 REQUESTER = "support-agent"
@@ -177,6 +176,43 @@ def effect_entries(proposal: Proposal, state: str, n: int) -> tuple[list[NewEntr
     )
 
 
+def leased_tenant(
+    slug: str, effects: int, per_case: int
+) -> tuple[Tenant, list[str], list[tuple[str, str]]]:
+    """A tenant with `per_case` tier-1 targets and one lease (by one approver key) per case:
+    the tenant, the targets' names and the (case id, lease id) pairs."""
+    from testkit import factories
+
+    tenant, approver = factories.tenant_with_approver(
+        slug, f"bench: {effects:,} receipts", holder=APPROVER
+    )
+    targets = [f"psp-{t:03d}" for t in range(per_case)]
+    for name in targets:
+        factories.register(
+            tenant,
+            name,
+            tier=1,
+            queryable=True,
+            max_inflight=timedelta(seconds=30),
+            key_window=timedelta(hours=24),
+        )
+    expires = datetime.now(UTC) + timedelta(days=1)
+    leases = []
+    for case in bar(range(math.ceil(effects / per_case)), desc=f"{slug}: leases", unit="lease"):
+        case_id = f"order-{case:06d}"
+        lease = factories.leased(
+            tenant,
+            case_id,
+            ACTION,
+            requested_by=REQUESTER,
+            approver=approver,
+            expires_at=expires,
+            limits={"amount_cents": AMOUNT_LIMIT},
+        )
+        leases.append((case_id, lease.lease_id))
+    return tenant, targets, leases
+
+
 def build_tenant(
     slug: str, effects: int, per_case: int, rng: random.Random, signer: Signer
 ) -> Built:
@@ -189,33 +225,8 @@ def build_tenant(
 
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    tenant = services.tenant_create(slug=slug, name=f"bench: {effects:,} receipts")
-    approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder=APPROVER)
-    targets = [f"psp-{t:03d}" for t in range(per_case)]
-    for name in targets:
-        services.target_register(
-            tenant=tenant,
-            name=name,
-            tier=1,
-            queryable=True,
-            max_inflight=timedelta(seconds=30),
-            key_window=timedelta(hours=24),
-        )
-    cases = math.ceil(effects / per_case)
-    expires = datetime.now(UTC) + timedelta(days=1)
-    leases = []
-    for case in tqdm(range(cases), desc=f"{slug}: leases", unit="lease", file=sys.stderr):
-        case_id = f"order-{case:06d}"
-        lease = services.lease_grant(
-            tenant=tenant,
-            approver=approver,
-            case_id=case_id,
-            action=ACTION,
-            expires_at=expires,
-            requested_by=REQUESTER,
-            limits={"amount_cents": AMOUNT_LIMIT},
-        )
-        leases.append((case_id, lease.lease_id))
+    tenant, targets, leases = leased_tenant(slug, effects, per_case)
+    cases = len(leases)
     seconds["tenant, targets and leases (services)"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -227,7 +238,7 @@ def build_tenant(
         append_entries(log=tenant.log, items=items)
         batch.clear()
 
-    with tqdm(total=effects, desc=f"{slug}: effects", unit="effect", file=sys.stderr) as bar:
+    with bar(total=effects, desc=f"{slug}: effects", unit="effect") as effects_bar:
         for n in range(effects):
             case_id, lease_id = leases[n // per_case]
             payload = {"amount_cents": 500 + (n * 37) % 20_000, "currency": "EUR", "order": case_id}
@@ -239,9 +250,9 @@ def build_tenant(
             batch.append(effect_entries(proposal, state, n))
             if len(batch) == EFFECTS_PER_APPEND:
                 flush()
-                bar.update(EFFECTS_PER_APPEND)
+                effects_bar.update(EFFECTS_PER_APPEND)
         if batch:
-            bar.update(len(batch))
+            effects_bar.update(len(batch))
             flush()
     seconds["effects' entries (append_entries)"] = time.perf_counter() - started
 
@@ -299,10 +310,17 @@ with open(sys.argv[1], "w") as out:
 
 
 def run_measured(
-    label: str, argv: Sequence[str], env: Mapping[str, str], watch: Path | None = None
+    label: str,
+    argv: Sequence[str],
+    *,
+    django: bool,
+    watch: Path | None = None,
+    expect: int = 0,
 ) -> Run:
-    """Run `argv` to its end; its wall time and peak RSS, from fork to exit, as the launcher
-    saw them. While it runs, `watch`'s size goes to stderr every PROGRESS_EVERY seconds."""
+    """Run `argv` to its end (with Django's settings or without them and the database); its wall
+    time and peak RSS, from fork to exit, as the launcher saw them. An exit code other than
+    `expect` aborts the run. While it runs, `watch`'s size goes to stderr every PROGRESS_EVERY
+    seconds."""
     done = threading.Event()
 
     def report() -> None:
@@ -311,6 +329,7 @@ def run_measured(
             suffix = f": {size / 1e6:,.0f} MB written" if watch is not None else ""
             progress(f"  {label} still running{suffix}")
 
+    hidden = () if django else ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "SECRET_KEY")
     with (
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
@@ -324,7 +343,7 @@ def run_measured(
                 [sys.executable, "-c", LAUNCHER, rusage.name, *argv],
                 stdout=out,
                 stderr=err,
-                env=dict(env),
+                env=armed_env(None, drop=hidden),
                 cwd=REPO_ROOT,
                 check=False,
             )
@@ -334,20 +353,16 @@ def run_measured(
         measured = rusage.read().split()
         if len(measured) != 3:
             raise SystemExit(f"{label}: the launcher failed (exit {launched.returncode})")
-        seconds, max_rss_kb, code = float(measured[0]), int(measured[1]), int(measured[2])
         out.seek(0)
         err.seek(0)
-        return Run(
+        run = Run(
             label,
-            seconds,
-            max_rss_kb * 1024,
-            code,
+            float(measured[0]),
+            int(measured[1]) * 1024,
+            int(measured[2]),
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
         )
-
-
-def checked(run: Run, *, expect: int = 0) -> Run:
     if run.returncode != expect:
         raise SystemExit(
             f"{run.label}: exit {run.returncode}, expected {expect}\n"
@@ -393,73 +408,45 @@ class Measured:
     read_json: Run
 
 
-def without_django() -> dict[str, str]:
-    """The environment for the verifier and the file baselines: no Django settings, no database."""
-    hidden = ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "SECRET_KEY")
-    return {name: value for name, value in os.environ.items() if name not in hidden}
-
-
 def measure(built: Built, directory: Path) -> Measured:
     """Export the tenant's receipts, verify them, and run the baselines; check every answer."""
-    python = sys.executable
-    django_env = dict(os.environ)
-    plain_env = without_django()
-    path = directory / f"{built.slug}.jsonl"
-    export = checked(
-        run_measured(
-            f"{built.slug}: manage.py export_receipts",
-            [
-                python,
-                "manage.py",
-                "export_receipts",
-                "--tenant",
-                built.slug,
-                "--out",
-                str(path),
-                "--no-progress",
-            ],
-            django_env,
-            watch=path,
-        )
+    python, slug = sys.executable, built.slug
+    path = directory / f"{slug}.jsonl"
+    command = ["manage.py", "export_receipts", "--no-progress", "--tenant", slug, "--out"]
+    export = run_measured(
+        f"{slug}: manage.py export_receipts",
+        [python, *command, str(path)],
+        django=True,
+        watch=path,
     )
     size = path.stat().st_size
     check_footer(path, built)
-    verify = checked(
-        run_measured(
-            f"{built.slug}: python -m gate_client.verify",
-            [python, "-m", "gate_client.verify", str(path), "--vkey", built.vkey],
-            plain_env,
-        )
+    verify = run_measured(
+        f"{slug}: python -m gate_client.verify",
+        [python, "-m", "gate_client.verify", str(path), "--vkey", built.vkey],
+        django=False,
     )
     check_verdicts(verify, built)
-    read_log = checked(
-        run_measured(
-            f"{built.slug}: baseline, every entry of the log from the database",
-            [python, "manage.py", "shell", "-c", READ_LOG.format(slug=built.slug)],
-            django_env,
-        )
+    read_log = run_measured(
+        f"{slug}: baseline, every entry of the log from the database",
+        [python, "manage.py", "shell", "-c", READ_LOG.format(slug=slug)],
+        django=True,
     )
     if int(read_log.stdout.split()[-1]) != built.entries:
-        raise SystemExit(f"{built.slug}: iter_entries read {read_log.stdout!r} entries")
-    read_lines = checked(
-        run_measured(
-            f"{built.slug}: baseline, read the lines",
-            [python, "-c", READ_LINES, str(path)],
-            plain_env,
-        )
+        raise SystemExit(f"{slug}: iter_entries read {read_log.stdout!r} entries")
+    read_lines = run_measured(
+        f"{slug}: baseline, read the lines", [python, "-c", READ_LINES, str(path)], django=False
     )
     lines = int(read_lines.stdout.split()[-1])
     if lines != built.effects + built.leases + 2:
         raise SystemExit(
-            f"{built.slug}: {lines} lines, not a header, {built.effects} receipts, "
+            f"{slug}: {lines} lines, not a header, {built.effects} receipts, "
             f"{built.leases} lease entries and a footer"
         )
-    read_json = checked(
-        run_measured(
-            f"{built.slug}: baseline, json.loads each line",
-            [python, "-c", READ_JSON, str(path)],
-            plain_env,
-        )
+    read_json = run_measured(
+        f"{slug}: baseline, json.loads each line",
+        [python, "-c", READ_JSON, str(path)],
+        django=False,
     )
     return Measured(built, path, size, lines, export, verify, read_log, read_lines, read_json)
 
@@ -501,19 +488,10 @@ def check_tampering(measured: Measured, directory: Path) -> str:
     )
     tampered = directory / "tampered.jsonl"
     tampered.write_bytes(header + json.dumps(first, separators=(",", ":")).encode() + b"\n")
-    run = checked(
-        run_measured(
-            "tampered copy: python -m gate_client.verify",
-            [
-                sys.executable,
-                "-m",
-                "gate_client.verify",
-                str(tampered),
-                "--vkey",
-                measured.built.vkey,
-            ],
-            without_django(),
-        ),
+    run = run_measured(
+        "tampered copy: python -m gate_client.verify",
+        [sys.executable, "-m", "gate_client.verify", str(tampered), "--vkey", measured.built.vkey],
+        django=False,
         expect=1,
     )
     verdict = next((line for line in run.stdout.splitlines() if "FAIL" in line), "")
@@ -537,7 +515,9 @@ def setup_table(builds: Sequence[Built]) -> str:
     steps = list(builds[0].seconds)
     rows = [[step, *(f"{b.seconds[step]:.1f}" for b in builds)] for step in steps]
     rows.append(["total", *(f"{sum(b.seconds.values()):.1f}" for b in builds)])
-    return table(["step (seconds)", *(f"{b.slug}: {b.effects:,} effects" for b in builds)], rows)
+    return aligned_table(
+        ["step (seconds)", *(f"{b.slug}: {b.effects:,} effects" for b in builds)], rows
+    )
 
 
 def shape_table(builds: Sequence[Built]) -> str:
@@ -552,7 +532,9 @@ def shape_table(builds: Sequence[Built]) -> str:
         ]
         for b in builds
     ]
-    return table(["tenant", "effects", "leases", "targets", "log entries", "planned states"], rows)
+    return aligned_table(
+        ["tenant", "effects", "leases", "targets", "log entries", "planned states"], rows
+    )
 
 
 def figures_table(m: Measured) -> str:
@@ -568,7 +550,7 @@ def figures_table(m: Measured) -> str:
         ]
 
     receipts = m.built.effects
-    return table(
+    return aligned_table(
         [
             "path",
             "items",
@@ -638,7 +620,7 @@ def memory_table(small: Measured, large: Measured) -> tuple[str, list[str]]:
         "growth MB",
         f"verdict (<= x{MEMORY_GROWTH_LIMIT:g})",
     ]
-    return table(headers, rows), problems
+    return aligned_table(headers, rows), problems
 
 
 # --- Where the time goes (--breakdown) ----------------------------------------------------------
@@ -708,7 +690,7 @@ def where_time_goes(measured: Measured) -> str:
         ]
         rows.append(["the rest", f"{total - inside:.1f}", f"{(total - inside) / total:.0%}"])
     connections.close_all()
-    return table(["step", "seconds", "share"], rows)
+    return aligned_table(["step", "seconds", "share"], rows)
 
 
 def _export_in_process(measured: Measured, exports: Any, tenants: Any) -> None:
@@ -731,53 +713,41 @@ def _verify_in_process(measured: Measured, verify: Any, parse_vkey: Any) -> None
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument(
+    options = parser(__doc__)
+    options.add_argument(
         "--quick", action="store_true", help=f"a smoke run: {PROFILES['quick']:,} receipts"
     )
-    parser.add_argument(
+    options.add_argument(
         "--receipts",
         type=int,
         help=f"receipts in the larger export (default {PROFILES['default']:,}); the smaller "
         "one has a quarter as many",
     )
-    parser.add_argument(
+    options.add_argument(
         "--per-case",
         type=int,
         default=100,
         help="effects per case, which share its lease and differ in target (default 100)",
     )
-    parser.add_argument(
-        "--database-url",
-        default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL),
-        help="the bench database, dropped and recreated (default: BENCH_DATABASE_URL or "
-        f"{DEFAULT_DATABASE_URL})",
-    )
-    parser.add_argument(
+    options.add_argument(
         "--breakdown",
         action="store_true",
         help="also time the exporter's and the verifier's steps, in this process, at the larger "
         "size (one more export and verification)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the database at the end")
-    args = parser.parse_args(argv)
+    add_database_argument(options, "interlock_bench_exports")
+    args = options.parse_args(argv)
     receipts = args.receipts or PROFILES["quick" if args.quick else "default"]
     if receipts < 4 or args.per_case < 1:
-        parser.error("--receipts must be at least 4 and --per-case at least 1")
+        options.error("--receipts must be at least 4 and --per-case at least 1")
     return args, Sizes(receipts=receipts, per_case=args.per_case)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args, sizes = parse_args(argv)
-    started = time.perf_counter()
-    load_at_start = os.getloadavg()[0]
     rng = random.Random(SEED)
     os.environ.pop("REDIS_URL", None)  # the export needs no Redis; nothing may reach one
-    with bench_database(args.database_url, args.keep):
-        setup_django(args.database_url)
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    with bench_database(args.database_url, keep=args.keep):
         from django.conf import settings
 
         from ledger.core.note import Signer
@@ -804,11 +774,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             small, large = (measure(built, directory) for built in builds)
             tampered = check_tampering(small, directory)
             breakdown = where_time_goes(large) if args.breakdown else None
-        environment_rows = environment(args.database_url, load_at_start)
+        environment_rows = environment(args.database_url)
 
     memory, problems = memory_table(small, large)
-    print("## Environment\n")
-    print(table(["setting", "value"], environment_rows))
+    print_environment(environment_rows)
     print("\n## Setup (not part of the figures)\n")
     print(shape_table(builds))
     print()
@@ -850,7 +819,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "process; the rest is the caller's own work (for the export: the ORM reads of effect "
             "ids and entries, and the entry-line pass)."
         )
-    print(f"\nTotal run time {time.perf_counter() - started:.0f} s.")
+    print_total()
     if problems:
         raise SystemExit("peak memory grows with the export:\n" + "\n".join(problems))
 

@@ -36,7 +36,7 @@ recreated at start, a name without "bench" is refused; dropped at the end unless
 own Redis database (--redis-url, default db 9; only that database is flushed, at start and end;
 db 0 is refused). Tables go to stdout, progress to stderr:
 
-    .venv/bin/python experiments/bench_webhooks.py [--quick] [--events 3000 --clients 8]
+    .venv/bin/python -m experiments.benches.webhooks [--quick] [--events 3000 --clients 8]
         [--workers 2 --threads 8] [--database-url ...] [--redis-url ...] [--keep]
 """
 
@@ -46,7 +46,6 @@ import argparse
 import http.client
 import json
 import math
-import multiprocessing
 import os
 import random
 import re
@@ -69,16 +68,26 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import redis
-from tqdm import tqdm
 
-# The script lives in experiments/; the spawned clients import it too, so this runs in each.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from experiments import notary_bench
-from experiments.bench_ledger import progress, setup_django, table
-from experiments.notary_bench import LoadRun, Ready, Stats, duration, mean, percentile, span
+from experiments.kit.bench import bar, parse, parser, print_total, progress
+from experiments.kit.database import bench_database, sql_timer
+from experiments.kit.machine import environment, print_environment, process_cpu
+from experiments.kit.pool import Child, Pool
+from experiments.kit.served import (
+    CpuColumns,
+    LoadRun,
+    add_server_arguments,
+    cpu_table,
+    print_goals,
+    serving,
+    timed_run,
+    verdict,
+)
+from experiments.kit.stats import Stats, duration, mean, percentile, span
+from experiments.kit.tables import aligned_table
 from gate_client.proposal import Proposal
-from testkit.notary_server import REPO_ROOT
+from testkit.paths import REPO_ROOT
+from testkit.processes import armed_env
 from testkit.webhook_signing import (
     as_headers,
     body_of,
@@ -89,12 +98,8 @@ from testkit.webhook_signing import (
 )
 
 if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
-
     from notary.models import ApiKey, Tenant
 
-DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_webhooks"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
 CELERY_QUEUE = "celery"  # the default queue, where ingest_event.delay sends
 TENANT = "acme"
@@ -108,7 +113,7 @@ WARMUP_PER_CLIENT = 10  # valid events each client posts, untimed, before the ti
 PROFILE_WARMUP = 4
 VERIFY_SAMPLE = 20  # receipts re-derived from the whole log
 TICK = 50  # a client reports progress every TICK requests
-CPU_COLUMNS = notary_bench.CpuColumns("request", "clients", "req", "req/s", digits=2)
+CPU_COLUMNS = CpuColumns("request", "clients", "req", "req/s", digits=2)
 STALL_TIMEOUT = 60.0  # the worker ingesting nothing this long aborts the run
 SEED = 8222
 
@@ -227,50 +232,36 @@ class ClientResult:
     problems: tuple[str, ...]
 
 
-# What a client sends back: ready, requests done since its last report, its result, or an error.
-Report = Ready | int | ClientResult | str
-
-
-def client_main(
-    url: str, inbox: Queue[list[Request] | None], go: Event, results: Queue[Report]
-) -> None:
-    """A client process: for each job, a fresh kept-alive connection (opened untimed), then its
-    requests one after another once told to go. http.client, to spend as little of the
-    machine's CPU as a client can."""
-    name = multiprocessing.current_process().name
+def client_run(child: Child, job: tuple[str, list[Request]]) -> ClientResult:
+    """In a client process: a fresh kept-alive connection (opened untimed), then the requests
+    one after another once told to go. http.client, to spend as little of the machine's CPU as
+    a client can."""
+    url, requests = job
     where = urlsplit(url)
-    try:
-        while (job := inbox.get()) is not None:
-            conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
-            conn.request("GET", "/healthz")
-            conn.getresponse().read()
-            notary_bench.wait_for_go(name, results, go)
-            timings, problems = [], []
-            cpu = time.process_time()
-            start = time.time()
-            for n, request in enumerate(job, 1):
-                began = time.perf_counter()
-                conn.request(
-                    request.method,
-                    request.path,
-                    body=request.body or None,
-                    headers=dict(request.headers),
-                )
-                response = conn.getresponse()
-                data = response.read()
-                timings.append((request.label, time.perf_counter() - began))
-                problem = answer_problem(request, response.status, data)
-                if problem is not None:
-                    problems.append(problem)
-                if n % TICK == 0:
-                    results.put(TICK)
-            end = time.time()
-            cpu = time.process_time() - cpu
-            conn.close()
-            results.put(len(job) % TICK)
-            results.put(ClientResult(start, end, cpu, tuple(timings), tuple(problems)))
-    except Exception as exc:
-        results.put(f"{name}: {exc!r}")
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=60)
+    conn.request("GET", "/healthz")
+    conn.getresponse().read()
+    child.ready()
+    timings, problems = [], []
+    cpu = time.process_time()
+    start = time.time()
+    for n, request in enumerate(requests, 1):
+        began = time.perf_counter()
+        body = request.body or None
+        conn.request(request.method, request.path, body=body, headers=dict(request.headers))
+        response = conn.getresponse()
+        data = response.read()
+        timings.append((request.label, time.perf_counter() - began))
+        problem = answer_problem(request, response.status, data)
+        if problem is not None:
+            problems.append(problem)
+        if n % TICK == 0:
+            child.tick(TICK)
+    end = time.time()
+    cpu = time.process_time() - cpu
+    conn.close()
+    child.tick(len(requests) % TICK)
+    return ClientResult(start, end, cpu, tuple(timings), tuple(problems))
 
 
 @dataclass(frozen=True)
@@ -286,74 +277,45 @@ class Run(LoadRun):
         return Stats.of([s for label in chosen for s in self.timings.get(label, [])])
 
 
-class Clients:
-    """`count` client processes, kept for every run."""
-
-    def __init__(self, url: str, count: int, database_url: str) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.database_url = database_url
-        self.go = context.Event()
-        self.results: Queue[Report] = context.Queue()
-        self.inboxes: list[Queue[list[Request] | None]] = [context.Queue() for _ in range(count)]
-        self.processes = [
-            context.Process(
-                target=client_main,
-                args=(url, inbox, self.go, self.results),
-                name=f"client-{n}",
-                daemon=True,
-            )
-            for n, inbox in enumerate(self.inboxes)
-        ]
-        progress(f"starting {count} client processes")
-        for process in self.processes:
-            process.start()
-
-    def run(self, label: str, jobs: Sequence[list[Request]]) -> Run:
-        """Give client n jobs[n] (an empty job: that client sits this run out), start them
-        together, and collect their timings; any wrong answer aborts the run."""
-        busy = [(inbox, job) for inbox, job in zip(self.inboxes, jobs, strict=True) if job]
-        self.go.clear()
-        for inbox, job in busy:
-            inbox.put(job)
-        notary_bench.collect_ready(self.results, len(busy), "client")
-        total = sum(len(job) for _, job in busy)
-        run = notary_bench.go_and_collect(
-            self.results,
-            self.go,
-            len(busy),
-            ClientResult,
-            label=label,
-            total=total,
-            unit="request",
-            who="client",
-            database_url=self.database_url,
+def run_clients(
+    pool: Pool[tuple[str, list[Request]], ClientResult],
+    url: str,
+    label: str,
+    jobs: Sequence[list[Request]],
+    database_url: str,
+) -> Run:
+    """Give client n jobs[n] (an empty job: that client sits this run out), start them
+    together, and collect their timings; any wrong answer aborts the run."""
+    total = sum(len(job) for job in jobs)
+    run = timed_run(
+        pool,
+        [(url, job) if job else None for job in jobs],
+        label=label,
+        unit="request",
+        total=total,
+        database_url=database_url,
+    )
+    finished = run.results
+    problems = [p for result in finished for p in result.problems]
+    if problems:
+        raise SystemExit(
+            f"{label}: {len(problems)} of {total} requests answered wrongly:\n"
+            + "\n".join(problems[:10])
         )
-        finished = run.results
-        problems = [p for result in finished for p in result.problems]
-        if problems:
-            raise SystemExit(
-                f"{label}: {len(problems)} of {total} requests answered wrongly:\n"
-                + "\n".join(problems[:10])
-            )
-        timings: dict[str, list[float]] = {}
-        for result in finished:
-            for request_label, seconds in result.timings:
-                timings.setdefault(request_label, []).append(seconds)
-        return Run(
-            label=label,
-            count=total,
-            seconds=max(r.end for r in finished) - min(r.start for r in finished),
-            load_cpu=sum(r.cpu for r in finished),
-            server_cpu=run.server_cpu,
-            database_cpu=run.database_cpu,
-            clients=len(busy),
-            timings=timings,
-        )
-
-    def close(self) -> None:
-        for inbox in self.inboxes:
-            inbox.put(None)
-        notary_bench.stop(self.processes)
+    timings: dict[str, list[float]] = {}
+    for result in finished:
+        for request_label, seconds in result.timings:
+            timings.setdefault(request_label, []).append(seconds)
+    return Run(
+        label=label,
+        count=total,
+        seconds=max(r.end for r in finished) - min(r.start for r in finished),
+        load_cpu=sum(r.cpu for r in finished),
+        server_cpu=run.server_cpu,
+        database_cpu=run.database_cpu,
+        clients=len(finished),
+        timings=timings,
+    )
 
 
 def spread(requests: Sequence[Request], clients: int) -> list[list[Request]]:
@@ -369,18 +331,16 @@ def prepare(batches: dict[str, int]) -> tuple[Endpoints, dict[str, list[Planned]
     effect (its own case and lease) per event to come, providers alternating in each batch."""
     from django.utils import timezone
 
-    from notary import services
+    from testkit import factories
     from webhooks import services as webhook_services
 
-    tenant = services.tenant_create(slug=TENANT, name="Acme Refunds")
-    approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder="finance")
+    tenant, approver = factories.tenant_with_approver(TENANT, "Acme Refunds")
     endpoints = Endpoints({}, {})
     for provider in PROVIDERS:
-        target = services.target_register(
-            tenant=tenant,
-            name=TARGET_OF[provider],
+        target = factories.register(
+            tenant,
+            TARGET_OF[provider],
             tier=3,
-            queryable=False,
             max_inflight=timedelta(minutes=5),
             evidence_window=timedelta(hours=1),
         )
@@ -392,16 +352,14 @@ def prepare(batches: dict[str, int]) -> tuple[Endpoints, dict[str, list[Planned]
         endpoints.secret[provider] = secret
     expires = timezone.now() + timedelta(hours=6)
     planned: dict[str, list[Planned]] = {}
-    with tqdm(
-        total=sum(batches.values()), desc="dispatching effects", unit="effect", file=sys.stderr
-    ) as bar:
+    with bar(total=sum(batches.values()), desc="dispatching effects", unit="effect") as done:
         for batch, count in batches.items():
             planned[batch] = []
             for n in range(count):
                 provider = PROVIDERS[n % 2]
                 effect_id = dispatch(tenant, approver, provider, f"{batch}-{n:05d}", expires)
                 planned[batch].append(Planned(provider, effect_id))
-                bar.update()
+                done.update()
     return endpoints, planned
 
 
@@ -411,15 +369,11 @@ def dispatch(
     """A refund or an email proposed and dispatched under its own lease, as the gate leaves an
     effect on a tier-3 target before the provider's webhook says how it went."""
     from notary import services
+    from testkit.factories import leased
 
     action = ACTION_OF[provider]
-    lease = services.lease_grant(
-        tenant=tenant,
-        approver=approver,
-        case_id=case_id,
-        action=action,
-        expires_at=expires,
-        requested_by="support-bot",
+    lease = leased(
+        tenant, case_id, action, requested_by="support-bot", approver=approver, expires_at=expires
     )
     proposal = Proposal(
         case_id=case_id,
@@ -491,67 +445,87 @@ class Profile:
     totals: list[float] = field(default_factory=list)
     parts: dict[str, list[float]] = field(default_factory=dict)  # label -> [calls, seconds]
 
+    def add(self, seconds: float, parts: dict[str, list[float]]) -> None:
+        self.totals.append(seconds)
+        for label, (calls, spent) in parts.items():
+            part = self.parts.setdefault(label, [0, 0.0])
+            part[0] += calls
+            part[1] += spent
 
-def profile_in_process(
-    requests: Sequence[Request], warmup: Sequence[Request]
-) -> tuple[dict[str, Profile], list[float]]:
-    """The requests through the WSGI app in this process (httpx.WSGITransport), timing each SQL
-    statement, the ORM building it, the COMMIT, Django's connection health check, the
-    provider's signature check and the enqueue (ingest_event.delay, a publish to Redis) by
-    wrapping them. Also the floor through the same client: GET /healthz, as many times."""
-    from django.core.wsgi import get_wsgi_application
+
+class Parts:
+    """The calls of and time in named parts of the request under way; a part called inside
+    itself is not counted twice."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, list[float]] = {}
+        self.inside: set[str] = set()
+
+    def add(self, label: str, seconds: float) -> None:
+        part = self.current.setdefault(label, [0, 0.0])
+        part[0] += 1
+        part[1] += seconds
+
+    def take(self) -> dict[str, list[float]]:
+        """What was counted since the last take, and start again."""
+        taken, self.current = self.current, {}
+        return taken
+
+    def wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if label in self.inside:
+                return function(*args, **kwargs)
+            self.inside.add(label)
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.inside.discard(label)
+                self.add(label, time.perf_counter() - began)
+
+        return wrapper
+
+
+def instrument(stack: ExitStack, parts: Parts) -> None:
+    """Time each SQL statement, the ORM building it, the COMMIT, Django's connection health
+    check, the provider's signature check and the enqueue, by wrapping them until `stack`
+    closes."""
     from django.db import connections
     from django.db.models.sql.compiler import SQLCompiler, SQLInsertCompiler
 
     from webhooks import providers, services
 
     db = connections["default"]
-    current: dict[str, list[float]] = {}
+    stack.enter_context(db.execute_wrapper(sql_timer(lambda s, t: parts.add(sql_label(s), t))))
+    for target, name, label in (
+        (providers.WebhookProvider, "verify", "signature check (provider library)"),
+        (services, "_enqueue", "enqueue: ingest_event.delay, to Redis"),
+        (db, "_commit", "COMMIT"),
+        (db, "is_usable", "connection health check (SELECT 1)"),
+        (SQLCompiler, "as_sql", ORM_LABEL),
+        (SQLInsertCompiler, "as_sql", ORM_LABEL),
+    ):
+        stack.enter_context(
+            mock.patch.object(target, name, parts.wrap(label, getattr(target, name)))
+        )
 
-    def add(label: str, seconds: float) -> None:
-        part = current.setdefault(label, [0, 0.0])
-        part[0] += 1
-        part[1] += seconds
 
-    timed_sql = notary_bench.sql_timer(
-        lambda statement, seconds: add(sql_label(statement), seconds)
-    )
-    inside: set[str] = set()  # labels being timed now: a nested call is not counted twice
+def profile_in_process(
+    requests: Sequence[Request], warmup: Sequence[Request]
+) -> tuple[dict[str, Profile], list[float]]:
+    """The requests through the WSGI app in this process (httpx.WSGITransport), their parts
+    timed (`instrument`; the enqueue is a publish to Redis). Also the floor through the same
+    client: GET /healthz, as many times."""
+    from django.core.wsgi import get_wsgi_application
 
-    def timed(label: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if label in inside:
-                return function(*args, **kwargs)
-            inside.add(label)
-            began = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inside.discard(label)
-                add(label, time.perf_counter() - began)
-
-        return wrapper
-
+    parts = Parts()
     profiles = {provider: Profile() for provider in PROVIDERS}
     transport = httpx.WSGITransport(app=get_wsgi_application())
     with ExitStack() as stack:
         client = stack.enter_context(httpx.Client(transport=transport, base_url="http://127.0.0.1"))
-        stack.enter_context(db.execute_wrapper(timed_sql))
-        for target, name, label in (
-            (providers, "verify", "signature check (provider library)"),
-            (services, "_enqueue", "enqueue: ingest_event.delay, to Redis"),
-            (db, "_commit", "COMMIT"),
-            (db, "is_usable", "connection health check (SELECT 1)"),
-            (SQLCompiler, "as_sql", ORM_LABEL),
-            (SQLInsertCompiler, "as_sql", ORM_LABEL),
-        ):
-            stack.enter_context(
-                mock.patch.object(target, name, timed(label, getattr(target, name)))
-            )
-        for n, request in enumerate(
-            tqdm([*warmup, *requests], desc="in process", unit="request", file=sys.stderr)
-        ):
-            current = {}
+        instrument(stack, parts)
+        for n, request in enumerate(bar([*warmup, *requests], desc="in process", unit="request")):
+            parts.take()
             began = time.perf_counter()
             response = client.request(
                 request.method, request.path, content=request.body, headers=dict(request.headers)
@@ -560,14 +534,8 @@ def profile_in_process(
             problem = answer_problem(request, response.status_code, response.content)
             if problem is not None:
                 raise SystemExit(f"in process: {problem}")
-            if n < len(warmup):
-                continue
-            profile = profiles[request.label]
-            profile.totals.append(seconds)
-            for label, (calls, spent) in current.items():
-                part = profile.parts.setdefault(label, [0, 0.0])
-                part[0] += calls
-                part[1] += spent
+            if n >= len(warmup):
+                profiles[request.label].add(seconds, parts.take())
         floor = []
         for _ in range(len(warmup) + len(requests)):
             began = time.perf_counter()
@@ -583,13 +551,13 @@ def profile_in_process(
 def running_worker(redis_url: str, var_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """`celery --app notary worker --pool solo` on the bench database and Redis database; its
     output goes to celery.log in `var_dir`."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "notary.settings",
-        "REDIS_URL": redis_url,
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-        "NOTARY_VAR_DIR": str(var_dir),
-    }
+    env = armed_env(
+        None,
+        DJANGO_SETTINGS_MODULE="notary.settings",
+        REDIS_URL=redis_url,
+        CELERY_TASK_ALWAYS_EAGER="false",
+        NOTARY_VAR_DIR=str(var_dir),
+    )
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "--app", "notary", "worker", "--pool", "solo",
          "--loglevel", "warning", "--without-heartbeat", "--without-gossip", "--without-mingle"],
@@ -629,7 +597,7 @@ def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Dr
     spawned = time.time()
     with (
         running_worker(redis_url, var_dir) as worker,
-        tqdm(total=expected, desc="ingesting", unit="event", file=sys.stderr) as bar,
+        bar(total=expected, desc="ingesting", unit="event") as ingesting,
     ):
         done, moved = 0, time.monotonic()
         first: tuple[int, float, int] | None = None  # done, worker CPU, PostgreSQL sessions
@@ -641,7 +609,7 @@ def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Dr
             time.sleep(0.25)
             now = Ingestion.objects.count()
             if now != done:
-                bar.update(now - done)
+                ingesting.update(now - done)
                 done, moved = now, time.monotonic()
                 if first is None:
                     first = (done, cpu_of(worker), pg_sessions(database_url))
@@ -661,7 +629,7 @@ def drain(redis_url: str, var_dir: Path, expected: int, database_url: str) -> Dr
 
 def cpu_of(worker: subprocess.Popen[bytes]) -> float:
     """The worker's CPU seconds so far (user + system), from /proc."""
-    cpu = notary_bench.process_cpu(worker.pid)
+    cpu = process_cpu(worker.pid)
     if cpu is None:
         raise SystemExit(f"the worker ({worker.pid}) is gone")
     return cpu
@@ -706,11 +674,11 @@ def ingest_directly(requests: Sequence[Request], database_url: str, *, reconnect
             stored.append(event.pk)
     seconds, queries, sql_seconds = [], [], []
     statements: list[float] = []
-    timed_sql = notary_bench.sql_timer(lambda _statement, seconds: statements.append(seconds))
+    timed_sql = sql_timer(lambda _statement, seconds: statements.append(seconds))
     desc = "event_ingest, reconnecting" if reconnect else "event_ingest"
     sessions = pg_sessions(database_url)
     with connection.execute_wrapper(timed_sql):
-        for raw_event_id in tqdm(stored, desc=desc, unit="event", file=sys.stderr):
+        for raw_event_id in bar(stored, desc=desc, unit="event"):
             statements.clear()
             began = time.perf_counter()
             services.event_ingest(raw_event_id=raw_event_id)
@@ -738,18 +706,13 @@ def pg_sessions(database_url: str, *, settle: bool = False) -> int:
 # --- Correctness --------------------------------------------------------------------------------
 
 
-def check_ingestion(expected: dict[str, str], size_before: int, rng: random.Random) -> int:
-    """Every valid event ingested exactly once, onto its own effect, which ended settled on the
-    evidence; the log grew by exactly one OBSERVED and one COMMITTED entry per event. Returns
-    how many receipts were re-derived from the whole log."""
-    from gate_client.receipts import ReceiptError, derive_receipt, verify_receipt
+def log_problems(expected: dict[str, str], tenant: Tenant, size_before: int) -> list[str]:
+    """Every valid event stored once, and the log grown by exactly one OBSERVED and one
+    COMMITTED entry per event; also each Ingestion row against its OBSERVED entry's seq."""
     from ledger.models import Entry
-    from ledger.selectors import iter_entries
-    from notary.models import Effect, Tenant
     from webhooks.models import Ingestion, RawEvent
 
     problems: list[str] = []
-    tenant = Tenant.objects.select_related("log").get(slug=TENANT)
     stored = Counter(
         RawEvent.objects.filter(verified=True).values_list("provider_event_id", flat=True)
     )
@@ -781,6 +744,18 @@ def check_ingestion(expected: dict[str, str], size_before: int, rng: random.Rand
             problems.append(
                 f"{event_id}: observed_seq {seq}, OBSERVED at {observed.get(effect_id)}"
             )
+    return problems
+
+
+def check_ingestion(expected: dict[str, str], size_before: int, rng: random.Random) -> int:
+    """Every valid event ingested exactly once, onto its own effect, which ended settled on the
+    evidence (`log_problems`). Returns how many receipts were re-derived from the whole log."""
+    from gate_client.receipts import ReceiptError, derive_receipt, verify_receipt
+    from ledger.selectors import iter_entries
+    from notary.models import Effect, Tenant
+
+    tenant = Tenant.objects.select_related("log").get(slug=TENANT)
+    problems = log_problems(expected, tenant, size_before)
     states = Counter(
         Effect.objects.filter(tenant=tenant, effect_id__in=expected.values()).values_list(
             "state", flat=True
@@ -806,10 +781,6 @@ def check_ingestion(expected: dict[str, str], size_before: int, rng: random.Rand
 # --- Tables -------------------------------------------------------------------------------------
 
 
-def ms(seconds: float) -> str:
-    return duration(seconds) if not math.isnan(seconds) else "n/a"
-
-
 def accept_table(runs: Sequence[Run]) -> str:
     floor = runs[0]  # GET /healthz
     rows = []
@@ -823,25 +794,13 @@ def accept_table(runs: Sequence[Run]) -> str:
                 f"{run.seconds:.2f}",
                 f"{run.per_second:,.0f}",
                 f"{run.per_second / floor.per_second:.2f}",
-                ms(stats.p50),
-                ms(stats.p99),
-                ms(stats.mean),
+                duration(stats.p50),
+                duration(stats.p99),
+                duration(stats.mean),
             ]
         )
-    return table(
-        [
-            "request",
-            "clients",
-            "requests",
-            "seconds",
-            "requests/s",
-            "x /healthz rate",
-            "p50",
-            "p99",
-            "mean",
-        ],
-        rows,
-    )
+    headers = ["request", "clients", "requests", "seconds", "requests/s", "x /healthz rate"]
+    return aligned_table([*headers, "p50", "p99", "mean"], rows)
 
 
 def provider_table(runs: Sequence[Run]) -> str:
@@ -851,8 +810,10 @@ def provider_table(runs: Sequence[Run]) -> str:
             if label == "GET /healthz":
                 continue
             stats = run.stats(label)
-            rows.append([run.label, label, f"{stats.samples:,}", ms(stats.p50), ms(stats.p99)])
-    return table(["run", "provider", "requests", "p50", "p99"], rows)
+            rows.append(
+                [run.label, label, f"{stats.samples:,}", duration(stats.p50), duration(stats.p99)]
+            )
+    return aligned_table(["run", "provider", "requests", "p50", "p99"], rows)
 
 
 ORM_LABEL = "ORM: building the SQL (as_sql)"
@@ -910,24 +871,10 @@ def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
             f"{statistics.fmean(rest.values()) / both:.0%}",
         ]
     )
-    rows.append(
-        [
-            "whole request, in process (mean)",
-            "",
-            "",
-            *(duration(whole[p]) for p in PROVIDERS),
-            "100%",
-        ]
-    )
-    rows.append(
-        [
-            "whole request, in process (p50)",
-            "",
-            "",
-            *(duration(percentile(profiles[p].totals, 50)) for p in PROVIDERS),
-            "",
-        ]
-    )
+    p50 = {p: percentile(profiles[p].totals, 50) for p in PROVIDERS}
+    rows.append(["whole request, in process (mean)", "", "", *map(duration, whole.values())])
+    rows[-1].append("100%")
+    rows.append(["whole request, in process (p50)", "", "", *map(duration, p50.values()), ""])
     rows.append(
         [
             "floor: GET /healthz in process (mean)",
@@ -938,7 +885,7 @@ def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
             f"{mean(floor) / both:.0%}",
         ]
     )
-    return table(
+    return aligned_table(
         ["part", "what for", "calls/req (stripe/resend)", "stripe", "resend", "share"], rows
     )
 
@@ -972,19 +919,9 @@ def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted:
                 "",
             ]
         )
-    return table(
-        [
-            "ingestion",
-            "events",
-            "seconds",
-            "events/s",
-            "x baseline",
-            "per event",
-            "PostgreSQL sessions opened/event",
-            "worker CPU ms/event",
-        ],
-        rows,
-    ) + (
+    headers = ["ingestion", "events", "seconds", "events/s", "x baseline", "per event"]
+    headers += ["PostgreSQL sessions opened/event", "worker CPU ms/event"]
+    return aligned_table(headers, rows) + (
         "\n\nWorker: events/s = (events - 1) / (last Ingestion row - first); sessions from "
         "pg_stat_database. Celery's Django fixup closes the database connection before and "
         "after every task (CONN_MAX_AGE notwithstanding, unless CELERY_DB_REUSE_MAX is set); "
@@ -1003,60 +940,74 @@ def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted:
 
 def goal_rows(accepted: Run) -> list[list[str]]:
     p99 = accepted.stats().p99
-    rows = [
+    return [
         [
             f">= {GOAL_ACCEPTED_PER_SECOND:,.0f} verified webhooks accepted/s, "
             f"{accepted.clients} clients",
             f"{accepted.per_second:,.0f}/s",
-            "met" if accepted.per_second >= GOAL_ACCEPTED_PER_SECOND else "NOT met",
+            verdict(accepted.per_second >= GOAL_ACCEPTED_PER_SECOND),
         ],
         [
             f"accept p99 < {GOAL_P99_SECONDS * 1e3:g} ms, {accepted.clients} clients",
             duration(p99),
-            "met" if p99 < GOAL_P99_SECONDS else "NOT met",
+            verdict(p99 < GOAL_P99_SECONDS),
         ],
     ]
-    return rows
 
 
 # --- Entry point --------------------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a few events")
-    parser.add_argument(
+    options = parser(__doc__)
+    options.add_argument("--quick", action="store_true", help="a smoke run: a few events")
+    options.add_argument(
         "--events", type=int, help="valid events posted concurrently (default 3000)"
     )
-    parser.add_argument("--clients", type=int, help="concurrent client processes (default 8)")
-    notary_bench.add_server_arguments(parser, DEFAULT_DATABASE_URL)
-    parser.add_argument(
+    options.add_argument("--clients", type=int, help="concurrent client processes (default 8)")
+    add_server_arguments(options, "interlock_bench_webhooks")
+    options.add_argument(
         "--redis-url",
         default=DEFAULT_REDIS_URL,
         help=f"a Redis database of the bench's own, flushed (default {DEFAULT_REDIS_URL})",
     )
-    args, base = notary_bench.parse_bench_args(parser, argv, PROFILES)
-    sizes = Sizes(
-        events=args.events or base.events,
-        clients=args.clients or base.clients,
-        one_client=base.one_client,
-        profile=base.profile,
-        direct=base.direct,
-    )
+    args, sizes = parse(options, argv, PROFILES)
     if sizes.events < sizes.clients or sizes.clients < 1:
-        parser.error("--events must be at least --clients, and --clients at least 1")
+        options.error("--events must be at least --clients, and --clients at least 1")
     return args, sizes
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args, sizes = parse_args(argv)
-    start = notary_bench.Start()
-    rng = random.Random(SEED)
-    broker = own_redis(args.redis_url)
-    # This process stores and queues too (the in-process profile): the same Redis database and
-    # the same non-eager Celery as the served notary and the worker.
-    os.environ["REDIS_URL"] = args.redis_url
-    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"
+@dataclass(frozen=True)
+class Results:
+    runs: list[Run]
+    profiles: dict[str, Profile]
+    floor: list[float]
+    drained: Drain
+    reconnecting: Direct
+    direct: Direct
+    valid_events: int
+    verified: int
+    environment: list[list[str]]
+
+
+class Events:
+    """The signed valid events of each batch, and every one's effect, for the final check."""
+
+    def __init__(self, endpoints: Endpoints, planned: dict[str, list[Planned]]) -> None:
+        self.endpoints = endpoints
+        self.planned = planned
+        self.expected: dict[str, str] = {}  # event id -> effect id, every valid event
+
+    def valid(self, batch: str) -> list[Request]:
+        requests = sign_all(self.planned[batch], self.endpoints, batch)
+        pairs = zip(requests, self.planned[batch], strict=True)
+        self.expected.update((r.event_id, p.effect_id) for r, p in pairs)
+        return requests
+
+
+def measure(args: argparse.Namespace, sizes: Sizes, broker: redis.Redis) -> Results:
+    """Everything on the bench database: setup, the served runs, the in-process profile, the
+    worker draining the backlog, the direct baselines, and the correctness checks."""
     batches = {
         "warmup": WARMUP_PER_CLIENT * sizes.clients,
         "accepted": sizes.events,
@@ -1066,62 +1017,65 @@ def main(argv: Sequence[str] | None = None) -> None:
         "direct-reconnect": sizes.direct,
         "direct": sizes.direct,
     }
+    events = Events(*prepare(batches))
+    size_before = log_size()
+    with tempfile.TemporaryDirectory(prefix="bench_webhooks_") as tmp:
+        var_dir = Path(tmp)
+        runs = serve_and_post(args, sizes, var_dir, events)
+        warmup = events.valid("profile-warmup")
+        profiles, floor = profile_in_process(events.valid("profile"), warmup)
+        expected = len(events.expected)
+        if (backlog := queued(broker)) != expected:
+            raise SystemExit(f"{backlog} ingestion tasks queued for {expected} events")
+        drained = drain(args.redis_url, var_dir, expected, args.database_url)
+        if (left := queued(broker)) != 0:
+            raise SystemExit(f"{left} ingestion tasks left in the queue")
+        reconnecting = ingest_directly(
+            events.valid("direct-reconnect"), args.database_url, reconnect=True
+        )
+        direct = ingest_directly(events.valid("direct"), args.database_url, reconnect=False)
+    verified = check_ingestion(events.expected, size_before, random.Random(SEED))
+    return Results(
+        runs,
+        profiles,
+        floor,
+        drained,
+        reconnecting,
+        direct,
+        len(events.expected),
+        verified,
+        environment(args.database_url),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args, sizes = parse_args(argv)
+    broker = own_redis(args.redis_url)
+    # This process stores and queues too (the in-process profile): the same Redis database and
+    # the same non-eager Celery as the served notary and the worker.
+    os.environ["REDIS_URL"] = args.redis_url
+    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "false"
     try:
-        with notary_bench.bench_database(args.database_url, args.keep):
-            setup_django(args.database_url)
-            from django.core.management import call_command
-
-            call_command("migrate", verbosity=0)
-            endpoints, planned = prepare(batches)
-            size_before = log_size()
-            expected: dict[str, str] = {}  # event id -> effect id, every valid event
-
-            def valid(batch: str) -> list[Request]:
-                requests = sign_all(planned[batch], endpoints, batch)
-                expected.update(
-                    (r.event_id, p.effect_id) for r, p in zip(requests, planned[batch], strict=True)
-                )
-                return requests
-
-            with tempfile.TemporaryDirectory(prefix="bench_webhooks_") as tmp:
-                var_dir = Path(tmp)
-                runs = serve_and_post(args, sizes, var_dir, endpoints, valid)
-                profiles, floor = profile_in_process(valid("profile"), valid("profile-warmup"))
-                backlog = queued(broker)
-                if backlog != len(expected):
-                    raise SystemExit(f"{backlog} ingestion tasks queued for {len(expected)} events")
-                drained = drain(args.redis_url, var_dir, len(expected), args.database_url)
-                if (left := queued(broker)) != 0:
-                    raise SystemExit(f"{left} ingestion tasks left in the queue")
-                reconnecting = ingest_directly(
-                    valid("direct-reconnect"), args.database_url, reconnect=True
-                )
-                direct = ingest_directly(valid("direct"), args.database_url, reconnect=False)
-            verified = check_ingestion(expected, size_before, rng)
-            environment_rows = start.environment(args.database_url)
+        with bench_database(args.database_url, keep=args.keep):
+            results = measure(args, sizes, broker)
     finally:
         broker.flushdb()
         broker.close()
+    print_results(args, sizes, results)
 
+
+def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> None:
+    runs = results.runs
     accepted = next(run for run in runs if run.label.startswith("POST accepted"))
-    notary_bench.print_environment(
+    gunicorn = f"{args.workers} workers x {args.threads} threads (gthread), keep-alive 2 s"
+    clients = f"{sizes.clients} processes, http.client, one kept-alive connection each"
+    print_environment(
         [
-            *environment_rows,
-            [
-                "gunicorn",
-                f"{args.workers} workers x {args.threads} threads (gthread), "
-                "keep-alive 2 s, DEBUG=false",
-            ],
-            [
-                "clients",
-                f"{sizes.clients} processes, http.client, one kept-alive connection each, "
-                "closed loop",
-            ],
+            *results.environment,
+            ["gunicorn", f"{gunicorn}, DEBUG=false"],
+            ["clients", f"{clients}, closed loop"],
             ["Redis", f"{args.redis_url} (server {broker_version(args.redis_url)})"],
-            [
-                "Celery",
-                "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late",
-            ],
+            ["Celery", "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late"],
         ]
     )
     print(f"\n## Accepting: {sizes.clients} concurrent clients, on gunicorn + PostgreSQL\n")
@@ -1135,14 +1089,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(provider_table(runs[1:]))
     print()
-    print(notary_bench.cpu_table(runs, CPU_COLUMNS))
+    print(cpu_table(runs, CPU_COLUMNS))
     print(
         "\nCPU during each run (from /proc): the client processes, the gunicorn master and "
         "workers, and the PostgreSQL backends of the bench database (Redis not counted). "
         "Ceiling = cores / total CPU per request."
     )
     print(f"\n## Where an accepted request's time goes (in process, {sizes.profile} requests)\n")
-    print(profile_table(profiles, floor))
+    print(profile_table(results.profiles, results.floor))
     print(
         "\nThe WSGI app called in this process through httpx.WSGITransport: no network, no "
         "gunicorn, one request at a time. SQL: execution time of each statement as Django runs "
@@ -1151,53 +1105,47 @@ def main(argv: Sequence[str] | None = None) -> None:
         "providers over the whole request."
     )
     print("\n## Ingestion: one Celery worker on the queued backlog\n")
-    print(ingest_table(drained, reconnecting, direct, accepted))
-    notary_bench.print_goals(goal_rows(accepted))
-    total_valid = len(expected)
+    print(ingest_table(results.drained, results.reconnecting, results.direct, accepted))
+    print_goals(goal_rows(accepted))
+    total_valid = results.valid_events
     print(
         f"\nCorrectness: every valid event ({total_valid:,}, warm-ups included) was answered "
         "200 with its id and every forged one 400; every queued event was queued once and "
         "ingested exactly once (one Ingestion row, one OBSERVED and one COMMITTED entry per "
         f"effect, nothing else in the log); all {total_valid:,} effects ended {SETTLED}; "
-        f"{verified} receipts re-derived from the whole log with verify_receipt."
+        f"{results.verified} receipts re-derived from the whole log with verify_receipt."
     )
-    start.print_total()
+    print_total()
 
 
 def serve_and_post(
-    args: argparse.Namespace,
-    sizes: Sizes,
-    var_dir: Path,
-    endpoints: Endpoints,
-    valid: Callable[[str], list[Request]],
+    args: argparse.Namespace, sizes: Sizes, var_dir: Path, events: Events
 ) -> list[Run]:
     """gunicorn on the bench database and Redis database; the client runs against it."""
     settings = {"REDIS_URL": args.redis_url, "CELERY_TASK_ALWAYS_EAGER": "false"}
-    with notary_bench.serving(
-        args.database_url,
-        var_dir,
-        workers=args.workers,
-        threads=args.threads,
-        settings=settings,
-    ) as url:
-        clients = Clients(url, sizes.clients, args.database_url)
-        try:
-            warm = spread(valid("warmup"), sizes.clients)
-            clients.run("warm-up", [[healthz(), *job] for job in warm])
-            return [
-                clients.run("GET /healthz", spread([healthz()] * sizes.events, sizes.clients)),
-                clients.run(
-                    "POST forged (400)",
-                    spread(forged_requests(sizes.events, endpoints), sizes.clients),
-                ),
-                clients.run("POST accepted (200)", spread(valid("accepted"), sizes.clients)),
-                clients.run(
-                    "POST accepted (200), 1 client",
-                    [valid("one-client")] + [[] for _ in range(sizes.clients - 1)],
-                ),
-            ]
-        finally:
-            clients.close()
+    with (
+        serving(
+            args.database_url,
+            var_dir,
+            workers=args.workers,
+            threads=args.threads,
+            settings=settings,
+        ) as url,
+        Pool(sizes.clients, client_run, who="client") as clients,
+    ):
+        progress(f"started {sizes.clients} client processes")
+
+        def run(label: str, jobs: Sequence[list[Request]]) -> Run:
+            return run_clients(clients, url, label, jobs, args.database_url)
+
+        n = sizes.clients
+        run("warm-up", [[healthz(), *job] for job in spread(events.valid("warmup"), n)])
+        return [
+            run("GET /healthz", spread([healthz()] * sizes.events, n)),
+            run("POST forged (400)", spread(forged_requests(sizes.events, events.endpoints), n)),
+            run("POST accepted (200)", spread(events.valid("accepted"), n)),
+            run("POST accepted (200), 1 client", [events.valid("one-client")] + [[]] * (n - 1)),
+        ]
 
 
 def broker_version(redis_url: str) -> str:

@@ -25,18 +25,15 @@ It works in its own database (--database-url, default interlock_bench_notary; dr
 recreated at start, a name without "bench" is refused) and drops it at the end unless --keep.
 Tables go to stdout, progress to stderr:
 
-    .venv/bin/python experiments/bench_notary.py [--quick] [--workers 2 --threads 8]
+    .venv/bin/python -m experiments.benches.notary [--quick] [--workers 2 --threads 8]
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import random
 import re
-import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -47,23 +44,23 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
-from tqdm import tqdm
 
-# The script lives in experiments/; the spawned agents import it too, so this runs in each.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from experiments import notary_bench
-from experiments.bench_ledger import progress, setup_django, table
-from experiments.notary_bench import (
+from experiments.kit.bench import bar, parse, parser, print_total, progress
+from experiments.kit.database import bench_database, sql_timer
+from experiments.kit.machine import environment, print_environment
+from experiments.kit.pool import Child, Pool
+from experiments.kit.served import (
+    CpuColumns,
     LoadRun,
-    Ready,
-    Stats,
-    bench_database,
-    duration,
-    mean,
-    percentile,
-    span,
+    add_server_arguments,
+    cpu_table,
+    print_goals,
+    serving,
+    timed_run,
+    verdict,
 )
+from experiments.kit.stats import Stats, duration, mean, percentile, span
+from experiments.kit.tables import aligned_table
 from gate_client.gate import Gate
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
@@ -71,12 +68,8 @@ from gate_client.receipts import Receipt
 from gate_client.targets import Found, Sent, Tier
 
 if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-    from multiprocessing.synchronize import Event
-
     from notary.models import ApiKey, Tenant
 
-DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/interlock_bench_notary"
 TARGET = "noop"
 ACTION = "refund"
 ENTRIES_PER_EFFECT = 3  # PROPOSED, DISPATCHED, COMMITTED
@@ -84,7 +77,7 @@ GOAL_P50_OVERHEAD_MS = 5.0
 GOAL_EFFECTS_PER_SECOND = 500.0
 VERIFY_SAMPLE = 20  # receipts per phase re-derived from their whole log
 TICK = 10  # an agent reports progress every TICK effects
-CPU_COLUMNS = notary_bench.CpuColumns("tenancy", "agents", "effect", "effects/s", digits=1)
+CPU_COLUMNS = CpuColumns("tenancy", "agents", "effect", "effects/s", digits=1)
 SEED = 2119
 
 
@@ -218,13 +211,11 @@ class TimedTransport(httpx.BaseTransport):
             from django.db import connection
 
             statements: list[float] = []
-            timed = notary_bench.sql_timer(lambda _statement, seconds: statements.append(seconds))
-            with connection.execute_wrapper(timed):
+            with connection.execute_wrapper(sql_timer(lambda _, s: statements.append(s))):
                 response, content = self._send(request)
             seconds = time.perf_counter() - started
-            call = Call(
-                f"{route} {response.status_code}", seconds, len(statements), sum(statements)
-            )
+            route = f"{route} {response.status_code}"
+            call = Call(route, seconds, len(statements), sum(statements))
         else:
             response, content = self._send(request)
             call = Call(f"{route} {response.status_code}", time.perf_counter() - started)
@@ -249,7 +240,7 @@ class TimedTransport(httpx.BaseTransport):
         self.inner.close()
 
 
-# --- Database, tenants, keys and leases -------------------------------------------------------
+# --- Tenants, keys and leases -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -265,91 +256,77 @@ class Plan:
 
 class Setup:
     """Tenants with the no-op target declared, approver and agent keys, and one lease per case,
-    all through notary.services, as the notary's own commands make them."""
+    all through notary.services (testkit.factories), as the notary's own commands make them."""
 
     def __init__(self, leases: int) -> None:
-        self.bar = tqdm(total=leases, desc="granting leases", unit="lease", file=sys.stderr)
+        self.bar = bar(total=leases, desc="granting leases", unit="lease")
         self.expires = datetime.now(UTC) + timedelta(hours=6)
         self.approvers: dict[str, ApiKey] = {}
 
     def tenant(self, slug: str, name: str) -> Tenant:
-        from notary import services
+        from testkit import factories
 
-        tenant = services.tenant_create(slug=slug, name=name)
-        services.target_register(
-            tenant=tenant,
-            name=TARGET,
+        tenant, self.approvers[slug] = factories.tenant_with_approver(slug, name)
+        factories.register(
+            tenant,
+            TARGET,
             tier=Tier.DEDUPES.value,
             queryable=True,
             max_inflight=NoopTarget.max_inflight,
             key_window=NoopTarget.key_window,
         )
-        approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder="finance")
-        self.approvers[slug] = approver
         return tenant
 
-    def agent_token(self, tenant: Tenant, holder: str) -> str:
-        from notary import services
+    def agent(self, tenant: Tenant, holder: str, prefix: str, count: int) -> Agent:
+        from testkit.factories import token_for
 
-        _, token = services.api_key_issue(tenant=tenant, role="agent", holder=holder)
-        return token
+        token = token_for(tenant, "agent", holder)
+        return Agent(tenant.slug, token, self.cases(tenant, prefix, count))
 
     def cases(self, tenant: Tenant, prefix: str, count: int) -> tuple[Case, ...]:
-        from notary import services
+        from testkit.factories import leased
 
         granted = []
         for n in range(count):
             case_id = f"{prefix}-{n:05d}"
-            lease = services.lease_grant(
-                tenant=tenant,
-                approver=self.approvers[tenant.slug],
-                case_id=case_id,
-                action=ACTION,
-                expires_at=self.expires,
+            lease = leased(
+                tenant,
+                case_id,
+                ACTION,
                 requested_by="support-agent",
+                approver=self.approvers[tenant.slug],
+                expires_at=self.expires,
             )
             granted.append(Case(case_id, lease.lease_id))
             self.bar.update()
         return tuple(granted)
 
-    def close(self) -> None:
-        self.bar.close()
-
 
 def prepare(sizes: Sizes) -> Plan:
-    leases = (
-        sizes.warmup
-        + sizes.effects
-        + sizes.warmup
-        + sizes.profile_effects
-        + 2 * sizes.agents * sizes.per_agent
-    )
-    setup = Setup(leases)
+    leases = 2 * sizes.warmup + sizes.effects + sizes.profile_effects
+    setup = Setup(leases + 2 * sizes.agents * sizes.per_agent)
     try:
         latency = setup.tenant("latency", "latency: one agent")
-        latency_token = setup.agent_token(latency, "bench-agent")
-        warmup = setup.cases(latency, "warmup", sizes.warmup)
+        one = setup.agent(latency, "bench-agent", "warmup", sizes.warmup)
         latency_cases = setup.cases(latency, "latency", sizes.effects)
         profile = setup.cases(latency, "profile", sizes.warmup + sizes.profile_effects)
         shared_tenant = setup.tenant("shared", "throughput: every agent in one tenant")
         shared = tuple(
-            Agent(
-                shared_tenant.slug,
-                setup.agent_token(shared_tenant, f"bench-agent-{a}"),
-                setup.cases(shared_tenant, f"shared-{a}", sizes.per_agent),
+            setup.agent(shared_tenant, f"bench-agent-{a}", f"shared-{a}", sizes.per_agent)
+            for a in range(sizes.agents)
+        )
+        separate = tuple(
+            setup.agent(
+                setup.tenant(f"own-{a}", f"throughput: agent {a} alone"),
+                f"bench-agent-{a}",
+                "own",
+                sizes.per_agent,
             )
             for a in range(sizes.agents)
         )
-        separate = []
-        for a in range(sizes.agents):
-            own = setup.tenant(f"own-{a}", f"throughput: agent {a} alone")
-            token = setup.agent_token(own, f"bench-agent-{a}")
-            separate.append(Agent(own.slug, token, setup.cases(own, "own", sizes.per_agent)))
     finally:
-        setup.close()
-    return Plan(
-        latency.slug, latency_token, warmup, latency_cases, profile, shared, tuple(separate)
-    )
+        setup.bar.close()
+    return Plan(latency.slug, one.token, one.cases, latency_cases, profile, shared, separate)
 
 
 def log_sizes(slugs: Sequence[str]) -> dict[str, int]:
@@ -409,7 +386,7 @@ def submit_all(
     gate: Gate, transport: TimedTransport, tenant: str, cases: Sequence[Case], desc: str
 ) -> Submitted:
     seconds, calls, receipts = [], [], []
-    for case in tqdm(cases, desc=desc, unit="effect", file=sys.stderr):
+    for case in bar(cases, desc=desc, unit="effect"):
         first = len(transport.calls)
         started = time.perf_counter()
         receipt = gate.submit(proposal(tenant, case))
@@ -442,7 +419,7 @@ def time_commit(database_url: str, count: int) -> list[float]:
         conn.execute("CREATE TABLE bench_commit_floor (id bigserial PRIMARY KEY, body bytea)")
         insert = "INSERT INTO bench_commit_floor (body) VALUES (%s)"
         conn.execute(insert, (body,))
-        for _ in tqdm(range(count), desc="INSERT + COMMIT", unit="commit", file=sys.stderr):
+        for _ in bar(range(count), desc="INSERT + COMMIT", unit="commit"):
             started = time.perf_counter()
             conn.execute(insert, (body,))
             seconds.append(time.perf_counter() - started)
@@ -456,7 +433,7 @@ def time_get(url: str, path: str, token: str, count: int) -> list[float]:
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
         client.get(path).raise_for_status()  # connect before timing
-        for _ in tqdm(range(count), desc=f"GET {path}", unit="request", file=sys.stderr):
+        for _ in bar(range(count), desc=f"GET {path}", unit="request"):
             started = time.perf_counter()
             client.get(path).raise_for_status()
             seconds.append(time.perf_counter() - started)
@@ -476,6 +453,18 @@ class Latency:
     local: Submitted
 
 
+def submit_in_process(plan: Plan, target: NoopTarget) -> Submitted:
+    """The profile's submits through the WSGI app in this process, SQL counted; warm-ups first."""
+    from django.core.wsgi import get_wsgi_application
+
+    transport = TimedTransport(httpx.WSGITransport(app=get_wsgi_application()), in_process=True)
+    with NotaryJournal("http://127.0.0.1", plan.latency_token, transport=transport) as journal:
+        gate = open_gate(journal, target)
+        warm, tenant = len(plan.warmup), plan.latency_tenant
+        submit_all(gate, transport, tenant, plan.profile[:warm], "warm-up (in process)")
+        return submit_all(gate, transport, tenant, plan.profile[warm:], "submit (in process)")
+
+
 def bench_latency(url: str, plan: Plan, target: NoopTarget, database_url: str) -> Latency:
     transport = TimedTransport(httpx.HTTPTransport())
     with NotaryJournal(url, plan.latency_token, transport=transport) as journal:
@@ -487,23 +476,7 @@ def bench_latency(url: str, plan: Plan, target: NoopTarget, database_url: str) -
     healthz = time_get(url, "/healthz", plan.latency_token, count)
     whoami = time_get(url, "/v1/whoami", plan.latency_token, count)
     commit = time_commit(database_url, count)
-
-    from django.core.wsgi import get_wsgi_application
-
-    local_transport = TimedTransport(
-        httpx.WSGITransport(app=get_wsgi_application()), in_process=True
-    )
-    with NotaryJournal(
-        "http://127.0.0.1", plan.latency_token, transport=local_transport
-    ) as journal:
-        gate = open_gate(journal, target)
-        warm = len(plan.warmup)
-        submit_all(
-            gate, local_transport, plan.latency_tenant, plan.profile[:warm], "warm-up (in process)"
-        )
-        local = submit_all(
-            gate, local_transport, plan.latency_tenant, plan.profile[warm:], "submit (in process)"
-        )
+    local = submit_in_process(plan, target)
     return Latency(
         direct=Stats.of(direct),
         submit=Stats.of(http.seconds),
@@ -519,27 +492,20 @@ def bench_latency(url: str, plan: Plan, target: NoopTarget, database_url: str) -
 
 def latency_table(lat: Latency) -> str:
     def row(path: str, stats: Stats) -> list[str]:
-        return [
-            path,
-            f"{stats.samples:,}",
-            duration(stats.p50),
-            duration(stats.p99),
-            duration(stats.mean),
-        ]
+        figures = (stats.p50, stats.p99, stats.mean)
+        return [path, f"{stats.samples:,}", *(duration(s) for s in figures)]
 
-    overhead = [
-        "overhead: submit - direct",
-        "",
-        duration(lat.submit.p50 - lat.direct.p50),
-        duration(lat.submit.p99 - lat.direct.p99),
-        duration(lat.submit.mean - lat.direct.mean),
-    ]
-    return table(
+    differences = (
+        lat.submit.p50 - lat.direct.p50,
+        lat.submit.p99 - lat.direct.p99,
+        lat.submit.mean - lat.direct.mean,
+    )
+    return aligned_table(
         ["path", "samples", "p50", "p99", "mean"],
         [
             row("direct no-op call: target.send (baseline)", lat.direct),
             row("Gate.submit via NotaryJournal, HTTP to gunicorn", lat.submit),
-            overhead,
+            ["overhead: submit - direct", "", *(duration(s) for s in differences)],
             row("Gate.submit in process (WSGITransport, no network)", lat.in_process),
             row("floor: GET /healthz (HTTP + Django, no DB)", lat.healthz),
             row("floor: GET /v1/whoami (+ DRF, API-key lookup)", lat.whoami),
@@ -548,20 +514,22 @@ def latency_table(lat: Latency) -> str:
     )
 
 
+def by_route(submitted: Submitted) -> dict[str, list[Call]]:
+    routes: dict[str, list[Call]] = {}
+    for calls in submitted.calls:
+        for call in calls:
+            routes.setdefault(call.route, []).append(call)
+    return routes
+
+
 def profile_table(lat: Latency) -> str:
     """Per request type: how often per effect, its time over HTTP and in process, its SQL."""
-    http_by: dict[str, list[float]] = {}
-    for calls in lat.http.calls:
-        for call in calls:
-            http_by.setdefault(call.route, []).append(call.seconds)
-    local_by: dict[str, list[Call]] = {}
-    for calls in lat.local.calls:
-        for call in calls:
-            local_by.setdefault(call.route, []).append(call)
+    local_by = by_route(lat.local)
     effects = len(lat.http.calls)
     rows = []
     accounted = 0.0
-    for route, seconds in http_by.items():
+    for route, calls in by_route(lat.http).items():
+        seconds = [c.seconds for c in calls]
         per_effect = len(seconds) / effects
         share = per_effect * mean(seconds)
         accounted += share
@@ -580,26 +548,17 @@ def profile_table(lat: Latency) -> str:
             ]
         )
     outside = lat.submit.mean - accounted
-    rows.append(
-        [
-            "client side, outside the requests",
-            "gate, JSON, entry hash checks, target.send",
-            "",
-            "",
-            duration(outside),
-            f"{outside / lat.submit.mean:.0%}",
-            "",
-            "",
-            "",
-        ]
-    )
+    outside_share = f"{outside / lat.submit.mean:.0%}"
+    client_side = "gate, JSON, entry hash checks, target.send"
+    rows.append(["client side, outside the requests", client_side, "", "", duration(outside)])
+    rows[-1] += [outside_share, "", "", ""]
     local_calls = [call for calls in lat.local.calls for call in calls]
     local_effects = max(len(lat.local.calls), 1)
     rows.append(
         [
             "one submit",
             "",
-            f"{statistics.fmean(lat.requests_per_effect):g}",
+            f"{mean(lat.requests_per_effect):g}",
             duration(lat.submit.p50),
             duration(lat.submit.mean),
             "100%",
@@ -608,20 +567,9 @@ def profile_table(lat: Latency) -> str:
             duration(sum(c.sql_seconds or 0.0 for c in local_calls) / local_effects),
         ]
     )
-    return table(
-        [
-            "request",
-            "the notary",
-            "per effect",
-            "HTTP p50",
-            "HTTP mean",
-            "share of submit",
-            "in process p50",
-            "SQL statements",
-            "SQL time (mean)",
-        ],
-        rows,
-    )
+    headers = ["request", "the notary", "per effect", "HTTP p50", "HTTP mean", "share of submit"]
+    headers += ["in process p50", "SQL statements", "SQL time (mean)"]
+    return aligned_table(headers, rows)
 
 
 # --- Throughput: agent processes started together ---------------------------------------------
@@ -636,31 +584,24 @@ class AgentResult:
     receipts: tuple[Receipt, ...]
 
 
-# What an agent sends back: ready, effects done since its last report, its result, or an error.
-Report = Ready | int | AgentResult | str
-
-
-def agent_main(url: str, agent: Agent, go: Event, results: Queue[Report]) -> None:
-    """An agent process: its own gate and notary journal; submits its cases once told to go."""
-    name = multiprocessing.current_process().name
-    try:
-        with NotaryJournal(url, agent.token) as journal:
-            gate = open_gate(journal, NoopTarget())
-            proposals = [proposal(agent.tenant, case) for case in agent.cases]
-            notary_bench.wait_for_go(name, results, go)
-            cpu = time.process_time()
-            start = time.time()
-            receipts = []
-            for n, proposed in enumerate(proposals, 1):
-                receipts.append(gate.submit(proposed))
-                if n % TICK == 0:
-                    results.put(TICK)
-            end = time.time()
-            results.put(len(proposals) % TICK)
-            cpu = time.process_time() - cpu
-        results.put(AgentResult(agent.tenant, start, end, cpu, tuple(receipts)))
-    except Exception as exc:
-        results.put(f"{name}: {exc!r}")
+def agent_run(child: Child, job: tuple[str, Agent]) -> AgentResult:
+    """In an agent process: its own gate and notary journal; submits its cases once told to."""
+    url, agent = job
+    with NotaryJournal(url, agent.token) as journal:
+        gate = open_gate(journal, NoopTarget())
+        proposals = [proposal(agent.tenant, case) for case in agent.cases]
+        child.ready()
+        cpu = time.process_time()
+        start = time.time()
+        receipts = []
+        for n, proposed in enumerate(proposals, 1):
+            receipts.append(gate.submit(proposed))
+            if n % TICK == 0:
+                child.tick(TICK)
+        end = time.time()
+        child.tick(len(proposals) % TICK)
+        cpu = time.process_time() - cpu
+    return AgentResult(agent.tenant, start, end, cpu, tuple(receipts))
 
 
 @dataclass(frozen=True)
@@ -676,35 +617,15 @@ def run_agents(
 ) -> tuple[Throughput, int]:
     """Start every agent, wait until all are ready, then let them go at once; check each
     receipt, the logs' growth and a verified sample. Returns the figures and the sample size."""
-    context = multiprocessing.get_context("spawn")
-    go = context.Event()
-    results: Queue[Report] = context.Queue()
-    processes = [
-        context.Process(
-            target=agent_main, args=(url, agent, go, results), name=f"agent-{n}", daemon=True
-        )
-        for n, agent in enumerate(agents)
-    ]
     progress(f"{label}: starting {len(agents)} agent processes")
-    for process in processes:
-        process.start()
-    try:
-        notary_bench.collect_ready(results, len(agents), "agent")
-        slugs = sorted({agent.tenant for agent in agents})
-        before = log_sizes(slugs)
-        run = notary_bench.go_and_collect(
-            results,
-            go,
-            len(agents),
-            AgentResult,
-            label=label,
-            total=sum(len(agent.cases) for agent in agents),
-            unit="effect",
-            who="agent",
-            database_url=database_url,
+    slugs = sorted({agent.tenant for agent in agents})
+    before = log_sizes(slugs)
+    with Pool(len(agents), agent_run, who="agent") as pool:
+        total = sum(len(agent.cases) for agent in agents)
+        jobs = [(url, agent) for agent in agents]
+        run = timed_run(
+            pool, jobs, label=label, unit="effect", total=total, database_url=database_url
         )
-    finally:
-        notary_bench.stop(processes)
     finished = run.results
     receipts = [(r.tenant, receipt) for r in finished for receipt in r.receipts]
     problems = [p for _, receipt in receipts if (p := receipt_problem(receipt)) is not None]
@@ -717,23 +638,17 @@ def run_agents(
         per_tenant[slug] = per_tenant.get(slug, 0) + 1
     after = log_sizes(slugs)
     check_growth(before, after, per_tenant)
-    verified = verify_sample(receipts, rng)
-    return (
-        Throughput(
-            label=label,
-            count=len(receipts),
-            seconds=max(r.end for r in finished) - min(r.start for r in finished),
-            load_cpu=sum(r.cpu for r in finished),
-            server_cpu=run.server_cpu,
-            database_cpu=run.database_cpu,
-            agents=len(agents),
-            entries=sum(after[slug] - before[slug] for slug in slugs),
-        ),
-        verified,
+    figures = Throughput(
+        label=label,
+        count=len(receipts),
+        seconds=max(r.end for r in finished) - min(r.start for r in finished),
+        load_cpu=sum(r.cpu for r in finished),
+        server_cpu=run.server_cpu,
+        database_cpu=run.database_cpu,
+        agents=len(agents),
+        entries=sum(after[slug] - before[slug] for slug in slugs),
     )
-
-
-# --- Tables -----------------------------------------------------------------------------------
+    return figures, verify_sample(receipts, rng)
 
 
 def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) -> str:
@@ -751,19 +666,8 @@ def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) 
         ]
         for run in runs
     ]
-    return table(
-        [
-            "tenancy",
-            "agents",
-            "effects",
-            "seconds",
-            "effects/s",
-            "ledger entries/s",
-            "HTTP requests/s",
-            "x one agent",
-        ],
-        rows,
-    )
+    headers = ["tenancy", "agents", "effects", "seconds", "effects/s", "ledger entries/s"]
+    return aligned_table([*headers, "HTTP requests/s", "x one agent"], rows)
 
 
 def goal_rows(lat: Latency, runs: Sequence[Throughput]) -> list[list[str]]:
@@ -772,7 +676,7 @@ def goal_rows(lat: Latency, runs: Sequence[Throughput]) -> list[list[str]]:
         [
             f"p50 overhead per effect <= {GOAL_P50_OVERHEAD_MS:g} ms",
             f"{overhead_ms:.2f} ms",
-            "met" if overhead_ms <= GOAL_P50_OVERHEAD_MS else "NOT met",
+            verdict(overhead_ms <= GOAL_P50_OVERHEAD_MS),
         ]
     ]
     for run in runs:
@@ -780,7 +684,7 @@ def goal_rows(lat: Latency, runs: Sequence[Throughput]) -> list[list[str]]:
             [
                 f">= {GOAL_EFFECTS_PER_SECOND:g} effects/s, {run.label}",
                 f"{run.per_second:,.0f} effects/s",
-                "met" if run.per_second >= GOAL_EFFECTS_PER_SECOND else "NOT met",
+                verdict(run.per_second >= GOAL_EFFECTS_PER_SECOND),
             ]
         )
     return rows
@@ -790,73 +694,69 @@ def goal_rows(lat: Latency, runs: Sequence[Throughput]) -> list[list[str]]:
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: a few effects")
-    parser.add_argument("--effects", type=int, help="sequential submits timed (default 500)")
-    parser.add_argument("--per-agent", type=int, help="effects per agent process (default 200)")
-    parser.add_argument("--agents", type=int, help="concurrent agent processes (default 8)")
-    parser.add_argument(
+    options = parser(__doc__)
+    options.add_argument("--quick", action="store_true", help="a smoke run: a few effects")
+    options.add_argument("--effects", type=int, help="sequential submits timed (default 500)")
+    options.add_argument("--per-agent", type=int, help="effects per agent process (default 200)")
+    options.add_argument("--agents", type=int, help="concurrent agent processes (default 8)")
+    options.add_argument(
         "--profile-effects", type=int, help="submits timed in process (default 100)"
     )
-    notary_bench.add_server_arguments(parser, DEFAULT_DATABASE_URL)
-    args, base = notary_bench.parse_bench_args(parser, argv, PROFILES)
-    sizes = Sizes(
-        effects=args.effects or base.effects,
-        per_agent=args.per_agent or base.per_agent,
-        agents=args.agents or base.agents,
-        warmup=base.warmup,
-        profile_effects=args.profile_effects or base.profile_effects,
-    )
-    return args, sizes
+    add_server_arguments(options, "interlock_bench_notary")
+    return parse(options, argv, PROFILES)
+
+
+@dataclass(frozen=True)
+class Results:
+    lat: Latency
+    runs: list[Throughput]
+    verified: int
+    environment: list[list[str]]
+
+
+def measure(args: argparse.Namespace, sizes: Sizes, rng: random.Random) -> Results:
+    plan = prepare(sizes)
+    target = NoopTarget()
+    with (
+        tempfile.TemporaryDirectory(prefix="bench_notary_") as tmp,
+        serving(args.database_url, Path(tmp), workers=args.workers, threads=args.threads) as url,
+    ):
+        tenant = plan.latency_tenant
+        before = log_sizes([tenant])
+        lat = bench_latency(url, plan, target, args.database_url)
+        submits = len(plan.warmup) + len(plan.latency) + len(plan.profile)
+        check_growth(before, log_sizes([tenant]), {tenant: submits})
+        receipts = [(tenant, r) for r in lat.http.receipts + lat.local.receipts]
+        verified = verify_sample(receipts, rng)
+        runs = []
+        for label, agents in (
+            ("(a) one tenant", plan.shared),
+            (f"(b) {sizes.agents} tenants", plan.separate),
+        ):
+            run, sample = run_agents(url, agents, label, args.database_url, rng)
+            runs.append(run)
+            verified += sample
+    return Results(lat, runs, verified, environment(args.database_url))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args, sizes = parse_args(argv)
-    start = notary_bench.Start()
-    rng = random.Random(SEED)
     # The in-process profile keeps the cache and Celery in this process, as the served notary
     # does (running_notary drops REDIS_URL too).
     os.environ.pop("REDIS_URL", None)
-    with bench_database(args.database_url, args.keep):
-        setup_django(args.database_url)
-        from django.core.management import call_command
+    with bench_database(args.database_url, keep=args.keep):
+        results = measure(args, sizes, random.Random(SEED))
+    print_results(args, sizes, results)
 
-        call_command("migrate", verbosity=0)
-        plan = prepare(sizes)
-        target = NoopTarget()
-        with tempfile.TemporaryDirectory(prefix="bench_notary_") as tmp:
-            with notary_bench.serving(
-                args.database_url, Path(tmp), workers=args.workers, threads=args.threads
-            ) as url:
-                before = log_sizes([plan.latency_tenant])
-                lat = bench_latency(url, plan, target, args.database_url)
-                latency_submits = len(plan.warmup) + len(plan.latency) + len(plan.profile)
-                check_growth(
-                    before,
-                    log_sizes([plan.latency_tenant]),
-                    {plan.latency_tenant: latency_submits},
-                )
-                verified = verify_sample(
-                    [(plan.latency_tenant, r) for r in lat.http.receipts + lat.local.receipts],
-                    rng,
-                )
-                runs = []
-                for label, agents in (
-                    ("(a) one tenant", plan.shared),
-                    (f"(b) {sizes.agents} tenants", plan.separate),
-                ):
-                    run, sample = run_agents(url, agents, label, args.database_url, rng)
-                    runs.append(run)
-                    verified += sample
-            environment_rows = start.environment(args.database_url)
 
-    requests = statistics.fmean(lat.requests_per_effect)
+def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> None:
+    lat, runs = results.lat, results.runs
+    requests = mean(lat.requests_per_effect)
     submits = 2 * sizes.warmup + len(lat.http.receipts) + len(lat.local.receipts)
     submits += sum(run.count for run in runs)
-
-    notary_bench.print_environment(
+    print_environment(
         [
-            *environment_rows,
+            *results.environment,
             ["gunicorn", f"{args.workers} workers x {args.threads} threads (gthread)"],
             ["target", "tier 1, no-op (send returns Sent at once), one premise that holds"],
         ]
@@ -886,21 +786,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         "effects/s over one agent's sequential rate (1 / mean submit above); HTTP requests/s "
         f"= effects/s x {requests:g}.\n"
     )
-    print(notary_bench.cpu_table(runs, CPU_COLUMNS))
+    print(cpu_table(runs, CPU_COLUMNS))
     print(
         "\nCPU during each run (from /proc): the agent processes, the gunicorn master and "
         "workers, and the PostgreSQL backends connected to the bench database (n/a if not "
         "readable; PostgreSQL's own background writers are not counted). Ceiling = cores / total "
         "CPU per effect."
     )
-    notary_bench.print_goals(goal_rows(lat, runs))
+    print_goals(goal_rows(lat, runs))
     print(
         f"\nCorrectness: all {submits:,} submits (warm-ups included) ended COMMITTED, "
         "authorized when fired, premises held; every log grew by exactly "
-        f"{ENTRIES_PER_EFFECT} entries per effect; {verified} receipts re-derived from their "
-        "whole log with verify_receipt."
+        f"{ENTRIES_PER_EFFECT} entries per effect; {results.verified} receipts re-derived from "
+        "their whole log with verify_receipt."
     )
-    start.print_total()
+    print_total()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The refund agent as a process of its own, SIGKILLed at a crash point and started again.
 
-    python -m experiments.refund_worker SYSTEM --case CASE --payment PAY --amount CENTS
+    python -m experiments.workers.refund_worker SYSTEM --case CASE --payment PAY --amount CENTS
         (--service URL --store PATH | --stripe URL) --log PATH [options]
 
 One support case: a $100 payment, one $20 refund approved. `--amount` is what the model decided
