@@ -6,7 +6,7 @@
 Each scenario (declared in experiments/scenarios/) shows its own progress bar and writes
 ``experiments/results/<scenario>.md`` (the table, then the findings) and ``.json`` (every cell).
 The refund and email scenarios serve a notary on a fresh PostgreSQL database
-(``EXPERIMENTS_DATABASE_URL``, see live_notary.py)."""
+(``EXPERIMENTS_DATABASE_URL``, see experiments/kit/live_notary.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from experiments.live_notary import NotaryTenant, TargetSpec, live_notary
+from experiments.kit.live_notary import NotaryTenant, TargetSpec, live_notary
 from experiments.workers import email_worker
 from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal

@@ -9,7 +9,7 @@ the result is read from the payment service's own record (refund_world.py runs a
     python experiments/run_experiments.py --only refund [--quick] [--results-dir DIR]
 
 The notary rows (gate_tier3_notary, interlock_attested) need a live notary: a fresh PostgreSQL
-database named by EXPERIMENTS_DATABASE_URL (see experiments/live_notary.py)."""
+database named by EXPERIMENTS_DATABASE_URL (see experiments/kit/live_notary.py)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from ledger.core.entries import EntryKind
 from testkit.peers.reference_service import read_acts, running_server
 
 if TYPE_CHECKING:
-    from experiments.live_notary import LiveNotary, NotaryTenant
+    from experiments.kit.live_notary import LiveNotary, NotaryTenant
     from experiments.scenarios.refund import System
 
 WORKER = "experiments.workers.refund_worker"
@@ -195,7 +195,7 @@ class RefundWorld:
     def _notary_tenant(self, system: System, case_id: str) -> CellTenant:
         """A tenant of the cell's own at the live notary: the target as `system` declares it,
         the lease, and for an attesting service its key."""
-        from experiments.live_notary import TargetSpec
+        from experiments.kit.live_notary import TargetSpec
 
         assert self.notary is not None
         if system.attested:
@@ -455,7 +455,7 @@ def run_worker(args: list[str], crash: CrashPoint | None) -> Any:
 @contextmanager
 def refund_world(work: Path, database_url: str | None) -> Iterator[RefundWorld]:
     """A live notary (a fresh database, or the test's) and a localstripe, for the whole run."""
-    from experiments.live_notary import live_notary
+    from experiments.kit.live_notary import live_notary
     from testkit.peers.localstripe import running_localstripe
 
     (work / "localstripe").mkdir()
