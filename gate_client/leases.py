@@ -20,7 +20,8 @@ class Lease:
     action: str
     expires_at: datetime
     granted_by: str
-    # Numeric payload fields and their maxima, e.g. {"amount_cents": 2000}.
+    # Numeric payload fields and their maxima, e.g. {"amount_cents": 2000}: the payload's value
+    # must be an integer from 1 to the maximum.
     limits: Mapping[str, int] = field(default_factory=dict)
     # When set, the lease approves exactly this payload (sha256 hex of its canonical bytes).
     payload_hash: str | None = None
@@ -93,7 +94,11 @@ def lease_refusal(
     if lease.payload_hash is not None and lease.payload_hash != payload_hash:
         return "lease_scope", "lease approves another payload"
     for name, maximum in lease.limits.items():
+        # A limit bounds an amount: a positive integer up to the maximum, never only a maximum
+        # (a negative refund is not "within" a limit of 2000).
         value = payload.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value > maximum:
             return "lease_scope", f"{name}={value!r} exceeds the limit {maximum}"
+        if value < 1:
+            return "lease_scope", f"{name}={value!r} is not an amount: at least 1"
     return None

@@ -13,6 +13,7 @@ checks run only when the rules need them."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -125,7 +126,19 @@ def last_attempt(history: Sequence[Entry]) -> int:
 
 
 def is_payload_change(entry: Entry) -> bool:
-    return entry.kind == EntryKind.REFUSED and entry.body_value()["reason"] == "payload_changed"
+    return entry.kind == EntryKind.REFUSED and entry.body_value().get("reason") == "payload_changed"
+
+
+def payload_change_for(history: Sequence[Entry], payload_hash: object) -> Entry | None:
+    """The refusal of the re-decided payload `payload_hash` recorded among `history`, if any."""
+    return next(
+        (
+            e
+            for e in history
+            if is_payload_change(e) and e.body_value().get("payload_hash") == payload_hash
+        ),
+        None,
+    )
 
 
 # --- precedence and contradictions --------------------------------------------------------------
@@ -249,7 +262,11 @@ class Admission:
 
 
 def admit(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> Admission:
-    """The one precedence rule both journals and the notary apply to every verdict offered."""
+    """The one precedence rule both journals and the notary apply to every verdict offered.
+    A re-decided payload is refused once: its refusal, once recorded, stands for it."""
+    if kind == EntryKind.REFUSED and body.get("reason") == "payload_changed":
+        earlier = payload_change_for(history, body.get("payload_hash"))
+        return Admission("record") if earlier is None else Admission("stands", earlier)
     offered = verdict_state(kind, body)
     now = standing(history)
     if offered is None or now.state is None:
@@ -365,14 +382,40 @@ def _refused_refusal(
     history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
 ) -> str | None:
     """A refusal gives one of the protocol's reasons, and once anything was dispatched it can
-    only be a refusal at recovery. A re-decided payload (payload_changed) is always allowed."""
+    only be a refusal at recovery. A re-decided payload (payload_changed) is allowed whenever
+    it is what it says it is (_payload_change_refusal)."""
     if body["reason"] == "payload_changed":
-        return None
+        return _payload_change_refusal(history, body)
     reason = str(body["reason"])
     if reason.removesuffix(AT_RECOVERY) not in REFUSAL_REASONS:
         return f"reason {reason!r}: one of {', '.join(sorted(REFUSAL_REASONS))}"
     if attempts and not reason.endswith(AT_RECOVERY):
         return "an effect already dispatched is refused only at recovery (reason_at_recovery)"
+    return None
+
+
+MAX_PAYLOAD_CHANGES = 32  # re-decided payloads one effect records refusals of
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _payload_change_refusal(history: Sequence[Entry], body: Mapping[str, Any]) -> str | None:
+    """A re-decided payload names its hash (the receipt of that payload is found by it), which
+    is not the standing payload's; `standing_payload_hash`, if given, is the standing one's.
+    Each payload is refused once (admit returns the first refusal to a retry, before or after
+    the effect settled), and an effect records at most MAX_PAYLOAD_CHANGES of them."""
+    changed = body.get("payload_hash")
+    if not isinstance(changed, str) or not _SHA256_HEX.fullmatch(changed):
+        return "payload_changed names the refused payload: payload_hash, 64 lowercase hex digits"
+    proposed = next((e for e in history if e.kind == EntryKind.PROPOSED), None)
+    standing_hash = proposed.body_value().get("payload_hash") if proposed is not None else None
+    if changed == standing_hash:
+        return "payload_changed names the standing payload: nothing was re-decided"
+    if "standing_payload_hash" in body and body["standing_payload_hash"] != standing_hash:
+        return "standing_payload_hash is not the hash of the standing (first) proposal"
+    if payload_change_for(history, changed) is not None:
+        return None  # a retry: admit() returns the refusal recorded first
+    if sum(1 for e in history if is_payload_change(e)) >= MAX_PAYLOAD_CHANGES:
+        return f"an effect records at most {MAX_PAYLOAD_CHANGES} re-decided payloads"
     return None
 
 

@@ -16,6 +16,7 @@ from gate_client.protocol import (
     Standing,
     State,
     is_payload_change,
+    payload_change_for,
     standing,
 )
 from ledger.core.entries import Entry, EntryKind, genesis_hash
@@ -69,7 +70,18 @@ def derive_receipt(
     """The receipt of `effect_id` for `payload_hash` (default: the first, standing payload).
 
     `journal` is every entry up to now, lease entries included: whether the lease was live
-    when the effect fired is read from the order of entries, not from anyone's say-so."""
+    when the effect fired is read from the order of entries, not from anyone's say-so.
+    Entries that do not hold together (a field missing, of another type) raise ReceiptError,
+    never anything else: a journal someone else wrote is input like any other."""
+    try:
+        return _derive(journal, effect_id, payload_hash)
+    except ReceiptError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ReceiptError(f"{effect_id}: entries that do not hold together: {exc!r}") from exc
+
+
+def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) -> Receipt:
     history = [e for e in journal if e.effect_id == effect_id]
     proposed_entry = next((e for e in history if e.kind == EntryKind.PROPOSED), None)
     if proposed_entry is None:
@@ -79,14 +91,7 @@ def derive_receipt(
         key: proposed[key] for key in ("case_id", "target", "action", "lease_id", "payload_hash")
     }
     if payload_hash is not None and payload_hash != proposed["payload_hash"]:
-        refusal = next(
-            (
-                e
-                for e in history
-                if is_payload_change(e) and e.body_value()["payload_hash"] == payload_hash
-            ),
-            None,
-        )
+        refusal = payload_change_for(history, payload_hash)
         if refusal is None:
             raise ReceiptError(f"{effect_id}: payload {payload_hash} was never submitted")
         return Receipt(

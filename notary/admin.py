@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
-from notary.errors import NotaryConflict
+from notary.errors import NotaryConflict, NotaryInputError
 from notary.exports import export_receipts
-from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, Target, Tenant
+from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, LeaseRequest, Target, Tenant
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -154,11 +154,83 @@ class LeaseAdmin(ReadOnlyAdmin):
         return request.user.has_perm("notary.revoke_lease")
 
 
+@admin.register(LeaseRequest)
+class LeaseRequestAdmin(ReadOnlyAdmin):
+    list_display = ["request_id", "case_id", "action", "tenant", "requested_by", "lease"]
+    list_filter = ["tenant", "action"]
+    search_fields = ["request_id", "case_id", "requested_by"]
+    fields = [
+        "tenant",
+        "request_id",
+        "case_id",
+        "action",
+        "limits",
+        "payload_hash",
+        "expires_at",
+        "requested_by",
+        "requested_key",
+        "created_at",
+        "lease",
+    ]
+
+
+class TenantPolicyForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Tenant
+        fields = ["max_lease_amount_cents", "max_lease_duration"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        amount, duration = data.get("max_lease_amount_cents"), data.get("max_lease_duration")
+        if amount is not None and duration is not None:
+            try:
+                services.grant_policy_check(
+                    max_lease_amount_cents=amount, max_lease_duration=duration
+                )
+            except NotaryInputError as refused:
+                raise forms.ValidationError(str(refused)) from refused
+        return data
+
+
 @admin.register(Tenant)
 class TenantAdmin(ReadOnlyAdmin):
-    list_display = ["slug", "name", "log", "created_at"]
-    fields = ["slug", "name", "log", "created_at"]
+    """Tenants are created by `create_tenant`; here only their grant policy is changed."""
+
+    list_display = [
+        "slug",
+        "name",
+        "log",
+        "max_lease_amount_cents",
+        "max_lease_duration",
+        "created_at",
+    ]
+    fields = [
+        "slug",
+        "name",
+        "log",
+        "max_lease_amount_cents",
+        "max_lease_duration",
+        "created_at",
+    ]
+    _POLICY = ("max_lease_amount_cents", "max_lease_duration")
+    form = TenantPolicyForm
     actions = ["export_receipts"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("notary.change_tenant")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if not self.has_change_permission(request, obj):
+            return self.fields
+        return [name for name in self.fields if name not in self._POLICY]
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        """Through the service; the form checked the bounds as the service does."""
+        services.tenant_policy_set(
+            tenant=obj,
+            max_lease_amount_cents=obj.max_lease_amount_cents,
+            max_lease_duration=obj.max_lease_duration,
+        )
 
     @admin.action(description="Download the receipts export (for auditors)", permissions=["view"])
     def export_receipts(
@@ -214,16 +286,48 @@ class TargetAdmin(ReadOnlyAdmin):
 class ApiKeyIssueForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = ApiKey
-        fields = ["tenant", "role", "holder", "label"]
+        fields = ["tenant", "role", "holder", "label", "targets"]
+
+    def clean(self) -> dict[str, Any]:
+        """The service's own checks, so a refused key is a form error, never a server error."""
+        data = super().clean() or {}
+        tenant, role, holder = data.get("tenant"), data.get("role"), data.get("holder")
+        if tenant is not None and role and holder:
+            chosen = list(data.get("targets") or [])
+            if any(target.tenant_id != tenant.pk for target in chosen):
+                raise forms.ValidationError("a key attests only for targets of its own tenant")
+            targets = [target.name for target in chosen]
+            try:
+                services.api_key_scope(tenant=tenant, role=role, holder=holder, targets=targets)
+            except NotaryInputError as refused:
+                raise forms.ValidationError(str(refused)) from refused
+        return data
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReadOnlyAdmin):
-    list_display = ["key_id", "tenant", "role", "holder", "label", "created_at", "revoked_at"]
+    list_display = [
+        "key_id",
+        "tenant",
+        "role",
+        "holder",
+        "scope",
+        "label",
+        "created_at",
+        "revoked_at",
+    ]
     list_filter = ["tenant", "role"]
-    fields = ["key_id", "tenant", "role", "holder", "label", "created_at", "revoked_at"]
+    fields = ["key_id", "tenant", "role", "holder", "scope", "label", "created_at", "revoked_at"]
     form = ApiKeyIssueForm
+    filter_horizontal = ["targets"]
     actions = ["revoke"]
+
+    @admin.display(description="attests for")
+    def scope(self, obj: ApiKey) -> str:
+        """A service key's targets; other roles attest nothing."""
+        if obj.role != "service":
+            return "-"
+        return ", ".join(sorted(t.name for t in obj.targets.all())) or "no target"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("notary.add_apikey")
@@ -237,9 +341,14 @@ class ApiKeyAdmin(ReadOnlyAdmin):
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         """Issue through the service; the token is shown here, once, and never again."""
         issued, token = services.api_key_issue(
-            tenant=obj.tenant, role=obj.role, holder=obj.holder, label=obj.label
+            tenant=obj.tenant,
+            role=obj.role,
+            holder=obj.holder,
+            label=obj.label,
+            targets=[target.name for target in form.cleaned_data.get("targets") or []],
         )
         obj.pk, obj.key_id, obj.created_at = issued.pk, issued.key_id, issued.created_at
+        obj.holder = issued.holder
         messages.warning(request, f"The new key, shown this once: {token}")
 
     @admin.action(description="Revoke the selected keys", permissions=["change"])

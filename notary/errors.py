@@ -14,6 +14,16 @@ class NotaryNotFound(LookupError):
     """No such record for this tenant (another tenant's records do not exist for it)."""
 
 
+class NotaryForbidden(Exception):
+    """Well-formed, but this key may not do it (a target outside a service key's scope, a
+    grant beyond the tenant's policy); nothing was written."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
 class NotaryConflict(Exception):
     """Well-formed, but the ledger's state refuses it now; nothing was written."""
 

@@ -11,7 +11,7 @@ FINANCE_REVIEWERS = "Finance reviewers"
 AUDITORS = "Auditors"
 
 _READ = {
-    "notary": ["tenant", "target", "lease", "effect", "ambiguouseffect"],
+    "notary": ["tenant", "target", "lease", "leaserequest", "effect", "ambiguouseffect"],
     "ledger": ["log", "entry", "checkpoint", "signingkey"],
     "webhooks": ["endpoint", "rawevent", "ingestion"],
 }

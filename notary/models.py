@@ -3,10 +3,17 @@ keys, and the targets their agents send effects to."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from django.db import models
 
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
 from ledger.models import Log
+
+# What an approver may grant unless the tenant's policy says otherwise.
+DEFAULT_MAX_LEASE_AMOUNT_CENTS = 1_000_000
+DEFAULT_MAX_LEASE_DURATION = timedelta(days=30)
 
 
 class Tenant(models.Model):
@@ -14,6 +21,28 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     log = models.OneToOneField(Log, on_delete=models.PROTECT, related_name="tenant")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The grant policy: no approver grants a lease whose amount_cents limit is larger, or that
+    # runs longer from the moment it is granted.
+    max_lease_amount_cents = models.PositiveBigIntegerField(
+        default=DEFAULT_MAX_LEASE_AMOUNT_CENTS,
+        help_text="the largest amount_cents limit an approver may grant on one lease",
+    )
+    max_lease_duration = models.DurationField(
+        default=DEFAULT_MAX_LEASE_DURATION,
+        help_text="the longest a lease may run, from its grant to its expires_at",
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(max_lease_amount_cents__gt=0),
+                name="tenant_max_lease_amount_positive",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_lease_duration__gt=timedelta(0)),
+                name="tenant_max_lease_duration_positive",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -35,10 +64,18 @@ class ApiKey(models.Model):
     secret_sha256 = models.CharField(max_length=64)
     role = models.CharField(max_length=16, choices=Role.choices)
     label = models.CharField(max_length=200, blank=True)
-    # The person or system that holds the key: an approver may not approve their own request.
+    # The person or system that holds the key, in canonical form (notary.identities): an
+    # approver may not approve a request made under a key they hold.
     holder = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A service key attests only effects sent to these targets (none: it attests nothing).
+    targets: models.ManyToManyField[Target, Any] = models.ManyToManyField(
+        "Target",
+        blank=True,
+        related_name="service_keys",
+        help_text="service keys: the targets whose effects it may attest",
+    )
 
     class Meta:
         constraints = [
@@ -119,6 +156,30 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.action} on {self.case_id}"
+
+
+class LeaseRequest(models.Model):
+    """A lease asked for under an agent key: the key's holder is the requester, and no approver
+    who holds that key grants it. Granting it makes the Lease named here."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="lease_requests")
+    request_id = models.CharField(max_length=40, unique=True)
+    case_id = models.CharField(max_length=200)
+    action = models.CharField(max_length=100)
+    limits = models.JSONField(default=dict)
+    payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
+    expires_at = models.DateTimeField()
+    requested_key = models.ForeignKey(
+        ApiKey, on_delete=models.PROTECT, related_name="lease_requests"
+    )
+    requested_by = models.CharField(max_length=200)  # the key's holder when it asked
+    created_at = models.DateTimeField(auto_now_add=True)
+    lease = models.OneToOneField(
+        Lease, null=True, blank=True, on_delete=models.PROTECT, related_name="request"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.request_id}: {self.action} on {self.case_id} for {self.requested_by}"
 
 
 class Effect(models.Model):

@@ -10,18 +10,88 @@ from typing import Any
 from rest_framework import serializers
 
 from gate_client.protocol import AGENT_VERDICT_KINDS
+from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
 from ledger.core.entries import Entry as LedgerEntry
-from notary.models import Effect, Lease, Target
+from notary.models import Effect, Lease, LeaseRequest, Target
+from notary.services import MAX_PREMISE_NAME, MAX_PREMISES
 
 
-class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
+def bounded_depth(value: Any) -> None:
+    """A JSON value nested no deeper than the ledger's one limit (canonical.MAX_DEPTH)."""
+    try:
+        check_depth(value)
+    except CanonicalJSONError as exc:
+        raise serializers.ValidationError(str(exc)) from exc
+
+
+class LimitsField(serializers.DictField):
+    """Numeric payload fields and their maxima: amounts, so positive integers that a double
+    holds exactly (the ledger's canonical JSON); the names are checked by the service."""
+
+    child = serializers.IntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
+
+
+class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
+    """What an agent asks for; the requester is its key's holder."""
+
     case_id = serializers.CharField(max_length=200)
     action = serializers.CharField(max_length=100)
     expires_at = serializers.DateTimeField()
-    requested_by = serializers.CharField(max_length=200)
-    limits = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
+    limits = LimitsField(required=False)
     payload_hash = serializers.CharField(max_length=64, required=False, allow_null=True)
+
+
+class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
+    """Either `request_id` alone (grant that request on its terms), or the terms with
+    `requested_by`, the holder of an agent key of the tenant."""
+
+    request_id = serializers.CharField(
+        max_length=40, required=False, help_text="a lease request, granted on its own terms"
+    )
+    case_id = serializers.CharField(max_length=200, required=False)
+    action = serializers.CharField(max_length=100, required=False)
+    expires_at = serializers.DateTimeField(required=False)
+    requested_by = serializers.CharField(
+        max_length=200, required=False, help_text="the holder of an agent key of this tenant"
+    )
+    limits = LimitsField(required=False)
+    payload_hash = serializers.CharField(max_length=64, required=False, allow_null=True)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if "request_id" in data:
+            if len(data) > 1:
+                raise serializers.ValidationError(
+                    "a grant of a request_id takes its terms from the request: give nothing else"
+                )
+            return data
+        missing = [f for f in ("case_id", "action", "expires_at", "requested_by") if f not in data]
+        if missing:
+            raise serializers.ValidationError({name: "This field is required." for name in missing})
+        return data
+
+
+class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
+    requested_key = serializers.CharField(source="requested_key.key_id", read_only=True)
+    lease_id = serializers.SerializerMethodField()
+
+    class Meta:
+        model = LeaseRequest
+        fields = [
+            "request_id",
+            "case_id",
+            "action",
+            "limits",
+            "payload_hash",
+            "expires_at",
+            "requested_by",
+            "requested_key",
+            "created_at",
+            "lease_id",
+        ]
+
+    def get_lease_id(self, request: LeaseRequest) -> str | None:
+        return request.lease.lease_id if request.lease is not None else None
 
 
 class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -111,18 +181,24 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class PremiseInput(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=MAX_PREMISE_NAME)
     holds = serializers.BooleanField()
-    observed = serializers.JSONField(allow_null=True)
+    observed = serializers.JSONField(allow_null=True, validators=[bounded_depth])
 
 
 class FirstDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
-    premises = PremiseInput(many=True, help_text="as observed just now; every one must hold")
+    premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=PremiseInput(),
+        max_length=MAX_PREMISES,
+        help_text="as observed just now; every one must hold",
+    )
 
 
 class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
     effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
-    proposal = serializers.DictField(help_text="The PROPOSED entry's body, as the gate writes it")
+    proposal = serializers.DictField(
+        help_text="The PROPOSED entry's body, as the gate writes it", validators=[bounded_depth]
+    )
     dispatch = FirstDispatchInput(
         required=False,
         help_text="Also dispatch attempt 1 in the same transaction, if nothing was dispatched",
@@ -131,13 +207,15 @@ class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
 
 class EffectDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
     attempt = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    premises = PremiseInput(many=True)
+    premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=PremiseInput(), max_length=MAX_PREMISES
+    )
     recovery = serializers.BooleanField(default=False)
 
 
 class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
     kind = serializers.ChoiceField(choices=sorted(AGENT_VERDICT_KINDS))
-    body = serializers.DictField()
+    body = serializers.DictField(validators=[bounded_depth])
 
 
 class EntryOutput(serializers.Serializer):  # type: ignore[type-arg]
@@ -235,6 +313,7 @@ class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
     tenant = serializers.CharField()
     role = serializers.CharField()
     key_id = serializers.CharField()
+    holder = serializers.CharField(help_text="who holds the key, in canonical form")
     log = serializers.CharField(help_text="the origin of the tenant's ledger log")
 
 

@@ -43,7 +43,7 @@ from gate_client.protocol import (
 from gate_client.receipts import ReceiptError
 from gate_client.targets import Tier as GateTier
 from gate_client.targets import Unknown
-from ledger.core.canonical import CanonicalJSONError, canonical_json
+from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, canonical_json, check_depth
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.selectors import (
@@ -51,8 +51,20 @@ from ledger.selectors import (
     iter_effect_histories,
 )
 from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
-from notary.errors import NotaryConflict, NotaryInputError, NotaryNotFound
-from notary.models import ApiKey, Effect, Lease, Role, Target, Tenant, Tier
+from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.identities import canonical_holder, same_holder
+from notary.models import (
+    DEFAULT_MAX_LEASE_AMOUNT_CENTS,
+    DEFAULT_MAX_LEASE_DURATION,
+    ApiKey,
+    Effect,
+    Lease,
+    LeaseRequest,
+    Role,
+    Target,
+    Tenant,
+    Tier,
+)
 from notary.projection import effect_fields
 
 TOKEN_PREFIX = "ik"
@@ -66,22 +78,91 @@ def secret_digest(secret: str) -> str:
 
 
 @transaction.atomic(durable=True)
-def tenant_create(*, slug: str, name: str) -> Tenant:
+def tenant_create(
+    *,
+    slug: str,
+    name: str,
+    max_lease_amount_cents: int = DEFAULT_MAX_LEASE_AMOUNT_CENTS,
+    max_lease_duration: timedelta = DEFAULT_MAX_LEASE_DURATION,
+) -> Tenant:
     if not _SLUG.fullmatch(slug):
         raise NotaryInputError(f"slug {slug!r}: 1-63 of a-z, 0-9 and '-', not at either end")
+    grant_policy_check(
+        max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
+    )
     if Tenant.objects.filter(slug=slug).exists():
         raise NotaryInputError(f"tenant {slug!r} exists already")
     log = ensure_log(origin=f"{settings.NOTARY_ORIGIN}/{slug}")
-    return Tenant.objects.create(slug=slug, name=name, log=log)
+    return Tenant.objects.create(
+        slug=slug,
+        name=name,
+        log=log,
+        max_lease_amount_cents=max_lease_amount_cents,
+        max_lease_duration=max_lease_duration,
+    )
+
+
+@transaction.atomic  # not durable: the admin saves inside its own transaction
+def tenant_policy_set(
+    *, tenant: Tenant, max_lease_amount_cents: int, max_lease_duration: timedelta
+) -> Tenant:
+    """Change what the tenant's approvers may grant; leases granted before stand as granted."""
+    grant_policy_check(
+        max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
+    )
+    Tenant.objects.filter(pk=tenant.pk).update(
+        max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
+    )
+    tenant.refresh_from_db()
+    return tenant
+
+
+def grant_policy_check(*, max_lease_amount_cents: int, max_lease_duration: timedelta) -> None:
+    """A grant policy's bounds are positive (and fit the database); writes nothing."""
+    if (
+        not isinstance(max_lease_amount_cents, int)
+        or isinstance(max_lease_amount_cents, bool)
+        or not 0 < max_lease_amount_cents <= _MAX_BIGINT
+    ):
+        raise NotaryInputError("max_lease_amount_cents must be a positive integer")
+    if not timedelta(0) < max_lease_duration <= _MAX_LEASE_DURATION:
+        raise NotaryInputError("max_lease_duration must be positive and at most 100 years")
+
+
+_MAX_BIGINT = 2**63 - 1
+_MAX_LEASE_DURATION = timedelta(days=36525)
+
+
+def api_key_scope(
+    *, tenant: Tenant, role: str, holder: str, targets: Sequence[str] = ()
+) -> tuple[str, list[Target]]:
+    """Check a key before it is issued: the holder's canonical form (notary.identities), and
+    the targets a service key may attest for, all of this tenant. Writes nothing."""
+    if role not in Role.values:
+        raise NotaryInputError(f"role {role!r}: one of {', '.join(Role.values)}")
+    canonical = canonical_holder(holder)
+    for other in ApiKey.objects.filter(tenant=tenant).values_list("holder", flat=True).distinct():
+        if other != canonical and same_holder(other, canonical):
+            raise NotaryInputError(
+                f"holder {holder!r} reads as {other!r}, who holds a key already: name them "
+                "the same way, or tell them apart"
+            )
+    if targets and role != Role.SERVICE:
+        raise NotaryInputError("only a service key names targets: the ones it attests for")
+    found = list(Target.objects.filter(tenant=tenant, name__in=set(targets)))
+    missing = sorted(set(targets) - {target.name for target in found})
+    if missing:
+        raise NotaryInputError(f"no target {', '.join(map(repr, missing))}: register it first")
+    return canonical, found
 
 
 @transaction.atomic  # not durable: the admin issues keys inside its own transaction
-def api_key_issue(*, tenant: Tenant, role: str, holder: str, label: str = "") -> tuple[ApiKey, str]:
-    """A new key and its token, `ik_<key id>_<secret>`: the only time the secret exists."""
-    if role not in Role.values:
-        raise NotaryInputError(f"role {role!r}: one of {', '.join(Role.values)}")
-    if not holder.strip():
-        raise NotaryInputError("a key needs a holder: the person or system that uses it")
+def api_key_issue(
+    *, tenant: Tenant, role: str, holder: str, label: str = "", targets: Sequence[str] = ()
+) -> tuple[ApiKey, str]:
+    """A new key and its token, `ik_<key id>_<secret>`: the only time the secret exists. The
+    holder is stored in canonical form; a service key attests only for `targets`."""
+    canonical, scope = api_key_scope(tenant=tenant, role=role, holder=holder, targets=targets)
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
@@ -89,9 +170,10 @@ def api_key_issue(*, tenant: Tenant, role: str, holder: str, label: str = "") ->
         key_id=key_id,
         secret_sha256=secret_digest(secret),
         role=role,
-        holder=holder.strip(),
+        holder=canonical,
         label=label,
     )
+    api_key.targets.set(scope)
     return api_key, f"{TOKEN_PREFIX}_{key_id}_{secret}"
 
 
@@ -154,6 +236,111 @@ def target_register(
     )
 
 
+@dataclass(frozen=True)
+class _LeaseTerms:
+    case_id: str
+    action: str
+    expires_at: datetime
+    limits: dict[str, int]
+    payload_hash: str | None
+
+
+def _lease_terms(
+    *,
+    case_id: str,
+    action: str,
+    expires_at: datetime,
+    limits: Mapping[str, int] | None,
+    payload_hash: str | None,
+) -> _LeaseTerms:
+    """What a lease covers, checked as a request and a grant both take it."""
+    if not case_id or not action:
+        raise NotaryInputError("a lease needs a case_id and an action")
+    _check_text("case_id", case_id, limit=MAX_CASE_ID)
+    _check_text("action", action, limit=MAX_ACTION)
+    if expires_at <= timezone.now():
+        raise NotaryInputError("expires_at must be in the future")
+    checked = dict(limits or {})
+    _check_limits(checked)
+    if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
+        raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
+    return _LeaseTerms(case_id, action, expires_at, checked, payload_hash)
+
+
+@transaction.atomic(durable=True)
+def lease_request(
+    *,
+    tenant: Tenant,
+    requester: ApiKey,
+    case_id: str,
+    action: str,
+    expires_at: datetime,
+    limits: Mapping[str, int] | None = None,
+    payload_hash: str | None = None,
+) -> LeaseRequest:
+    """Ask for a lease under an agent key: its holder is the requester, whatever anyone types."""
+    if requester.role != Role.AGENT or requester.tenant_id != tenant.pk:
+        raise NotaryInputError("only an agent key of this tenant requests leases")
+    terms = _lease_terms(
+        case_id=case_id,
+        action=action,
+        expires_at=expires_at,
+        limits=limits,
+        payload_hash=payload_hash,
+    )
+    return LeaseRequest.objects.create(
+        tenant=tenant,
+        request_id=f"lreq_{secrets.token_hex(12)}",
+        case_id=terms.case_id,
+        action=terms.action,
+        limits=terms.limits,
+        payload_hash=terms.payload_hash or "",
+        expires_at=terms.expires_at,
+        requested_key=requester,
+        requested_by=requester.holder,
+    )
+
+
+@transaction.atomic(durable=True)
+def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) -> Lease:
+    """Grant a lease request on its own terms. Its requester is the holder of the key it was
+    made under; an approver holding a key of that holder may not grant it. Once only."""
+    _check_approver(tenant=tenant, approver=approver)
+    request = (
+        LeaseRequest.objects.select_for_update()
+        .select_related("requested_key")
+        .filter(tenant=tenant, request_id=request_id)
+        .first()
+    )
+    if request is None:
+        raise NotaryNotFound(f"no lease request {request_id!r}")
+    granted = request.lease
+    if granted is not None:
+        raise NotaryConflict(
+            "already_granted", f"{request_id} was granted already", lease_id=granted.lease_id
+        )
+    terms = _lease_terms(
+        case_id=request.case_id,
+        action=request.action,
+        expires_at=request.expires_at,
+        limits=request.limits,
+        payload_hash=request.payload_hash or None,
+    )
+    lease = _grant(
+        tenant=tenant,
+        approver=approver,
+        terms=terms,
+        requester=request.requested_key.holder,
+        provenance={
+            "request_id": request.request_id,
+            "requested_key": request.requested_key.key_id,
+        },
+    )
+    request.lease = lease
+    request.save(update_fields=["lease"])
+    return lease
+
+
 @transaction.atomic(durable=True)
 def lease_grant(
     *,
@@ -166,47 +353,98 @@ def lease_grant(
     limits: Mapping[str, int] | None = None,
     payload_hash: str | None = None,
 ) -> Lease:
-    """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction."""
-    if approver.role != Role.APPROVER or approver.tenant_id != tenant.pk:
-        raise NotaryInputError("only an approver key of this tenant grants leases")
-    if requested_by.strip() == approver.holder:
-        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
-    if not case_id or not action:
-        raise NotaryInputError("a lease needs a case_id and an action")
-    if expires_at <= timezone.now():
-        raise NotaryInputError("expires_at must be in the future")
-    limits = dict(limits or {})
-    for name, maximum in limits.items():
-        if not isinstance(maximum, int) or isinstance(maximum, bool) or maximum < 0:
-            raise NotaryInputError(f"limit {name!r} must be a non-negative integer")
-    if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
-        raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
-    terms = LeaseTerms(
-        lease_id=f"lease_{secrets.token_hex(12)}",
+    """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction.
+    `requested_by` names the holder of an agent key of the tenant, compared in canonical form
+    (notary.identities); a request made under that key (lease_request) is the stronger way."""
+    _check_approver(tenant=tenant, approver=approver)
+    terms = _lease_terms(
         case_id=case_id,
         action=action,
         expires_at=expires_at,
-        granted_by=approver.holder,
         limits=limits,
         payload_hash=payload_hash,
+    )
+    named = canonical_holder(requested_by)
+    if same_holder(named, approver.holder):
+        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
+    requester = _requesting_holder(tenant=tenant, named=named)
+    return _grant(tenant=tenant, approver=approver, terms=terms, requester=requester)
+
+
+def _check_approver(*, tenant: Tenant, approver: ApiKey) -> None:
+    if approver.role != Role.APPROVER or approver.tenant_id != tenant.pk:
+        raise NotaryInputError("only an approver key of this tenant grants leases")
+
+
+def _requesting_holder(*, tenant: Tenant, named: str) -> str:
+    """The holder of the tenant's live agent key that `named` names."""
+    holders = ApiKey.objects.filter(
+        tenant=tenant, role=Role.AGENT, revoked_at__isnull=True
+    ).values_list("holder", flat=True)
+    for holder in holders.iterator():
+        if same_holder(holder, named):
+            return holder
+    raise NotaryInputError(
+        f"requested_by {named!r} holds no live agent key of this tenant: the requester is the "
+        "holder of the key that asks (POST /v1/lease-requests)"
+    )
+
+
+def _grant(
+    *,
+    tenant: Tenant,
+    approver: ApiKey,
+    terms: _LeaseTerms,
+    requester: str,
+    provenance: Mapping[str, str] | None = None,
+) -> Lease:
+    if same_holder(requester, approver.holder):
+        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
+    _check_grant_policy(tenant=tenant, terms=terms)
+    lease_terms = LeaseTerms(
+        lease_id=f"lease_{secrets.token_hex(12)}",
+        case_id=terms.case_id,
+        action=terms.action,
+        expires_at=terms.expires_at,
+        granted_by=approver.holder,
+        limits=terms.limits,
+        payload_hash=terms.payload_hash,
     )
     entry = append_entry(
         log=tenant.log,
         kind=EntryKind.LEASE_GRANTED,
-        body={**terms.body(), "requested_by": requested_by.strip()},
+        body={**lease_terms.body(), "requested_by": requester, **(provenance or {})},
     )
     return Lease.objects.create(
         tenant=tenant,
-        lease_id=terms.lease_id,
-        case_id=case_id,
-        action=action,
-        limits=limits,
-        payload_hash=payload_hash or "",
-        expires_at=expires_at,
-        requested_by=requested_by.strip(),
+        lease_id=lease_terms.lease_id,
+        case_id=terms.case_id,
+        action=terms.action,
+        limits=terms.limits,
+        payload_hash=terms.payload_hash or "",
+        expires_at=terms.expires_at,
+        requested_by=requester,
         granted_by=approver.holder,
         granted_seq=entry.seq,
     )
+
+
+def _check_grant_policy(*, tenant: Tenant, terms: _LeaseTerms) -> None:
+    """The tenant's policy, as stored now, bounds the amount and the duration of a grant."""
+    policy = Tenant.objects.values("max_lease_amount_cents", "max_lease_duration").get(pk=tenant.pk)
+    amount = terms.limits.get("amount_cents")
+    if amount is not None and amount > policy["max_lease_amount_cents"]:
+        raise NotaryForbidden(
+            "beyond_policy",
+            f"amount_cents {amount} is more than this tenant lets an approver grant "
+            f"({policy['max_lease_amount_cents']})",
+        )
+    longest: timedelta = policy["max_lease_duration"]
+    if terms.expires_at - timezone.now() > longest:
+        raise NotaryForbidden(
+            "beyond_policy",
+            f"a lease runs at most {longest.total_seconds():g} s under this tenant's policy",
+        )
 
 
 @transaction.atomic(durable=True)
@@ -225,6 +463,60 @@ def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Leas
     lease.revoked_at, lease.revoked_by, lease.revoked_seq = entry.created_at, by, entry.seq
     lease.save(update_fields=["revoked_at", "revoked_by", "revoked_seq"])
     return lease
+
+
+# --- bounds on what is stored -----------------------------------------------------------------
+
+# Every string the API stores is bounded by the column it lands in (Effect, Lease), and every
+# list by a count no honest caller reaches; all of it is checked before anything is written.
+MAX_CASE_ID = 200
+MAX_ACTION = 100
+MAX_LEASE_ID = 100
+MAX_TARGET_NAME = 63
+MAX_PREMISES = 100
+MAX_PREMISE_NAME = 200
+MAX_LIMITS = 32
+MAX_LIMIT_NAME = 100
+MAX_RESULT_REF = 255  # Effect.result_ref
+MAX_FAILURE_CODE = 90  # FAILED:<code> is the Effect's state, at most 100 characters
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_text(label: str, value: Any, *, limit: int, empty: bool = False) -> None:
+    """A string of at most `limit` characters (non-empty unless `empty`) that a text column
+    holds: no control character (PostgreSQL text cannot hold NUL) and no lone surrogate
+    (UTF-8 cannot)."""
+    if not isinstance(value, str) or not (value or empty):
+        raise NotaryInputError(f"{label} must be a non-empty string")
+    if len(value) > limit:
+        raise NotaryInputError(f"{label} is longer than {limit} characters")
+    if _CONTROL.search(value) or not _encodable(value):
+        raise NotaryInputError(f"{label} holds a control character or a lone surrogate")
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_limits(limits: Mapping[str, Any]) -> None:
+    """A lease's limits bound amounts: each a positive integer that a double holds exactly (so
+    a payload's amount is checked against a maximum and a minimum of 1, never only a maximum)."""
+    if len(limits) > MAX_LIMITS:
+        raise NotaryInputError(f"a lease has at most {MAX_LIMITS} limits")
+    for name, maximum in limits.items():
+        _check_text("a limit's name", name, limit=MAX_LIMIT_NAME)
+        if (
+            not isinstance(maximum, int)
+            or isinstance(maximum, bool)
+            or not 1 <= maximum <= MAX_SAFE_INTEGER
+        ):
+            raise NotaryInputError(
+                f"limit {name!r} must be a positive integer, at most {MAX_SAFE_INTEGER}"
+            )
 
 
 # --- effects ---------------------------------------------------------------------------------
@@ -466,13 +758,23 @@ def effect_resolve(
 
 @transaction.atomic(durable=True)
 def attestation_record(
-    *, tenant: Tenant, by: str, effect_id: str, stage: str, reference: str, detail: str
+    *,
+    tenant: Tenant,
+    by: str,
+    effect_id: str,
+    stage: str,
+    reference: str,
+    detail: str,
+    service_key: ApiKey | None = None,
 ) -> tuple[LedgerEntry, str]:
     """A cooperating service's word on an effect: that it did, or did not, perform it
     (evidence, settling the effect the way a provider's webhook does), or, written ahead, that
     it is about to act. A write-ahead attestation is acknowledged only when the protocol allows
     the service to act now (protocol.intent_refusal); else NotaryConflict, and the service must
-    not act."""
+    not act. `service_key`, the key attesting (the API always gives it), speaks only for the
+    targets it names: NotaryForbidden for another's effect. None: code of the notary's own."""
+    if service_key is not None:
+        _check_attestation_scope(tenant=tenant, service_key=service_key, effect_id=effect_id)
     evidence = {
         "source": "attestation",
         "by": by,
@@ -491,6 +793,22 @@ def attestation_record(
         raise NotaryConflict("not_acknowledged", refused)
     observed, _ = _observe(tenant=tenant, history=history, evidence=evidence, now=now)
     return observed, "acknowledged"
+
+
+def _check_attestation_scope(*, tenant: Tenant, service_key: ApiKey, effect_id: str) -> None:
+    if service_key.role != Role.SERVICE or service_key.tenant_id != tenant.pk:
+        raise NotaryForbidden("permission_denied", "only a service key of this tenant attests")
+    target = _proposed_body(_history_of(tenant=tenant, effect_id=effect_id))["target"]
+    if not service_key.targets.filter(name=target).exists():
+        raise NotaryForbidden(
+            "permission_denied",
+            f"this service key attests for {_scope_names(service_key)}, not for {target!r}",
+        )
+
+
+def _scope_names(service_key: ApiKey) -> str:
+    names = sorted(service_key.targets.values_list("name", flat=True))
+    return ", ".join(map(repr, names)) if names else "no target"
 
 
 @transaction.atomic(durable=True)
@@ -556,9 +874,8 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     if set(proposal) != PROPOSAL_KEYS:
         keys = ", ".join(sorted(PROPOSAL_KEYS))
         raise NotaryInputError(f"a proposal has exactly the keys {keys}")
-    for key in ("case_id", "target", "action", "lease_id", "tenant", "payload_hash"):
-        if not isinstance(proposal[key], str) or not proposal[key]:
-            raise NotaryInputError(f"proposal.{key} must be a non-empty string")
+    for key, limit in _PROPOSAL_TEXT.items():
+        _check_text(f"proposal.{key}", proposal[key], limit=limit)
     if proposal["tenant"] != tenant.slug:
         raise NotaryInputError(f"proposal.tenant must be this key's tenant, {tenant.slug!r}")
     expected = effect_id_for(
@@ -571,6 +888,7 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     if not isinstance(proposal["payload"], dict):
         raise NotaryInputError("proposal.payload must be a JSON object")
     try:
+        check_depth(proposal["payload"])
         digest = hashlib.sha256(canonical_json(proposal["payload"])).hexdigest()
     except CanonicalJSONError as exc:
         raise NotaryInputError(f"proposal.payload has no canonical JSON form: {exc}") from exc
@@ -579,6 +897,16 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     _check_premises(proposal["premises"])
     if not Target.objects.filter(tenant=tenant, name=proposal["target"]).exists():
         raise NotaryInputError(f"no target {proposal['target']!r}: register it first")
+
+
+_PROPOSAL_TEXT = {
+    "case_id": MAX_CASE_ID,
+    "target": MAX_TARGET_NAME,
+    "action": MAX_ACTION,
+    "lease_id": MAX_LEASE_ID,
+    "tenant": MAX_TARGET_NAME,  # a slug
+    "payload_hash": 64,
+}
 
 
 def _check_holding(premises: Any) -> None:
@@ -598,6 +926,10 @@ def _check_premises(premises: Any) -> None:
         for p in premises
     ):
         raise NotaryInputError("premises must be a list of {name, holds, observed} objects")
+    if len(premises) > MAX_PREMISES:
+        raise NotaryInputError(f"at most {MAX_PREMISES} premises")
+    for premise in premises:
+        _check_text("a premise's name", premise["name"], limit=MAX_PREMISE_NAME)
 
 
 def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
@@ -607,7 +939,8 @@ def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
     required: dict[str, type] = {}
     if kind == EntryKind.COMMITTED:
         required = {"state": str, "attempt": int, "result_ref": str}
-        if body.get("state") not in COMMITTED_STATES:
+        state = body.get("state")
+        if not isinstance(state, str) or state not in COMMITTED_STATES:
             raise NotaryInputError(f"state: one of {', '.join(sorted(COMMITTED_STATES))}")
     elif kind == EntryKind.FAILED:
         required = {"attempt": int, "code": str}
@@ -617,6 +950,19 @@ def _check_outcome(*, kind: str, body: Mapping[str, Any]) -> None:
         value = body.get(name)
         if not isinstance(value, expected) or isinstance(value, bool):
             raise NotaryInputError(f"a {kind} entry needs {name} ({expected.__name__})")
+    _check_outcome_fields(body)
+
+
+def _check_outcome_fields(body: Mapping[str, Any]) -> None:
+    """What any outcome body carries, whatever its kind: an attempt is a number, and what the
+    Effect row copies (result_ref, the failure code in its state) fits its column."""
+    attempt = body.get("attempt")
+    if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
+        raise NotaryInputError("attempt must be an integer")
+    if "result_ref" in body:
+        _check_text("result_ref", body["result_ref"], limit=MAX_RESULT_REF, empty=True)
+    if "code" in body:
+        _check_text("code", body["code"], limit=MAX_FAILURE_CODE)
 
 
 # --- the notary's own recovery sweep ---------------------------------------------------------

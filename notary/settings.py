@@ -3,6 +3,7 @@ embedded mode (SQLite under var/, Celery eager, no servers) so a fresh clone run
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -124,6 +125,12 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notary.authentication.BearerApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "notary.exceptions.api_exception_handler",
+    # JSON nested past ledger.core.canonical.MAX_DEPTH, or holding a lone surrogate, is a 400.
+    "DEFAULT_PARSER_CLASSES": [
+        "notary.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -136,7 +143,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Interlock notary",
     "DESCRIPTION": (
         "Receipts for AI agent actions. Every request takes `Authorization: Bearer <API key>`; "
-        'every error is `{"error": code, "detail": ...}`.'
+        'every error is `{"error": code, "detail": ...}`. A body over 2.5 MB is a 413 '
+        "(`too_large`); JSON nested deeper than 64 arrays and objects is a 400."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -149,18 +157,34 @@ SPECTACULAR_SETTINGS = {
 # Celery: with no REDIS_URL the embedded mode runs every task inline.
 REDIS_URL = env_str("REDIS_URL", "")
 
-# The cache holds the failed-authentication counters: in Redis, shared by every web process,
-# when there is one; per process in the embedded mode.
+# The cache holds the throttles' counters (notary.counters): in Redis, shared by every web
+# process, when there is one; per process in the embedded mode. While Redis is unreachable each
+# process counts on its own; the short timeouts keep a Redis that stopped answering from
+# holding requests.
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
-# Bearer tokens that fail to authenticate, per client address per minute, before that address
-# is refused (429) for the rest of the minute, valid tokens included.
+# Bearer tokens that fail to authenticate, per client address per minute, before that address's
+# bad tokens are refused (429) for the rest of the minute; a valid key always gets through.
 NOTARY_AUTH_FAILURES_PER_MINUTE = env_int("NOTARY_AUTH_FAILURES_PER_MINUTE", 20)
+# Proxies (comma-separated addresses or CIDRs) whose X-Forwarded-For names the client; from any
+# other peer the header is ignored. Empty: the peer is the client.
+NOTARY_TRUSTED_PROXIES = [
+    cidr.strip() for cidr in env_str("NOTARY_TRUSTED_PROXIES", "").split(",") if cidr.strip()
+]
+for _cidr in NOTARY_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"NOTARY_TRUSTED_PROXIES: {_cidr!r} is not a CIDR") from _exc
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -182,9 +206,21 @@ CELERY_BEAT_SCHEDULE = {
         "task": "webhooks.tasks.ingest_stranded_events",
         "schedule": float(env_int("NOTARY_SWEEP_INTERVAL_SECONDS", 30)),
     },
+    "prune-webhook-quarantine": {
+        "task": "webhooks.tasks.prune_unverified_requests",
+        "schedule": 3600.0,
+    },
 }
-# A webhook body larger than this is refused (413) before it is read.
+# A webhook body larger than this is refused (413, JSON) unread, or as soon as reading it passes
+# the limit (chunked, or a Content-Length that lies); the one limit on webhook bodies, whatever
+# DATA_UPLOAD_MAX_MEMORY_SIZE says.
 WEBHOOK_MAX_BODY_BYTES = env_int("WEBHOOK_MAX_BODY_BYTES", 256 * 1024)
+# Requests to one endpoint per minute that are not verified events (bad signature, or signed
+# but unreadable) before the rest of the minute's are refused (429) without being stored.
+WEBHOOK_UNVERIFIED_PER_MINUTE = env_int("WEBHOOK_UNVERIFIED_PER_MINUTE", 60)
+# The quarantine of such requests: the newest this many per endpoint, none older than this.
+WEBHOOK_QUARANTINE_KEEP = env_int("WEBHOOK_QUARANTINE_KEEP", 100)
+WEBHOOK_QUARANTINE_SECONDS = env_int("WEBHOOK_QUARANTINE_SECONDS", 7 * 24 * 3600)
 # A stored event not ingested this long after it arrived had its task lost: the sweep queues it.
 WEBHOOK_INGEST_GRACE_SECONDS = env_int("WEBHOOK_INGEST_GRACE_SECONDS", 60)
 

@@ -29,6 +29,8 @@ from notary.serializers import (
     ExportQueryInput,
     LeaseGrantInput,
     LeaseOutput,
+    LeaseRequestInput,
+    LeaseRequestOutput,
     LeaseRevokeInput,
     LimitInput,
     ProposeOutput,
@@ -58,6 +60,7 @@ class WhoAmIView(APIView):
                 "tenant": principal.tenant.slug,
                 "role": principal.role,
                 "key_id": principal.api_key.key_id,
+                "holder": principal.api_key.holder,
                 "log": principal.tenant.log.origin,
             }
         )
@@ -71,10 +74,31 @@ class LeaseGrantView(APIView):
         given = LeaseGrantInput(data=request.data)
         given.is_valid(raise_exception=True)
         principal = _principal(request)
-        lease = services.lease_grant(
-            tenant=principal.tenant, approver=principal.api_key, **given.validated_data
-        )
+        if "request_id" in given.validated_data:
+            lease = services.lease_request_grant(
+                tenant=principal.tenant, approver=principal.api_key, **given.validated_data
+            )
+        else:
+            lease = services.lease_grant(
+                tenant=principal.tenant, approver=principal.api_key, **given.validated_data
+            )
         return Response(LeaseOutput(lease).data, status=201)
+
+
+class LeaseRequestView(APIView):
+    """An agent asks for a lease; an approver who holds none of its holder's keys grants it."""
+
+    permission_classes = [role_required(Role.AGENT)]
+
+    @extend_schema(request=LeaseRequestInput, responses={201: LeaseRequestOutput})
+    def post(self, request: Request) -> Response:
+        given = LeaseRequestInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        principal = _principal(request)
+        asked = services.lease_request(
+            tenant=principal.tenant, requester=principal.api_key, **given.validated_data
+        )
+        return Response(LeaseRequestOutput(asked).data, status=201)
 
 
 class LeaseDetailView(APIView):
@@ -263,7 +287,10 @@ class AttestationView(APIView):
         given.is_valid(raise_exception=True)
         principal = _principal(request)
         entry, settled = services.attestation_record(
-            tenant=principal.tenant, by=principal.api_key.holder, **given.validated_data
+            tenant=principal.tenant,
+            by=principal.api_key.holder,
+            service_key=principal.api_key,
+            **given.validated_data,
         )
         return Response(AttestationOutput({"settled": settled, "entry": entry}).data, status=201)
 

@@ -4,7 +4,7 @@ and effects as an agent leaves them, for tests that start where the agent stoppe
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -57,18 +57,26 @@ def leased(
     expires_at: datetime | None = None,
     limits: Mapping[str, int] | None = None,
 ) -> Lease:
-    """A lease on `action` for `case_id`, an hour long unless `expires_at`, granted by
+    """A lease on `action` for `case_id`, an hour long unless `expires_at`, requested under an
+    agent key held by `requested_by` (one of the tenant's, else a new one) and granted by
     `approver` or by a new approver key."""
     if approver is None:
         approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
-    return services.lease_grant(
+    requester = ApiKey.objects.filter(
+        tenant=tenant, role="agent", holder=requested_by, revoked_at__isnull=True
+    ).first()
+    if requester is None:
+        requester = services.api_key_issue(tenant=tenant, role="agent", holder=requested_by)[0]
+    asked = services.lease_request(
         tenant=tenant,
-        approver=approver,
+        requester=requester,
         case_id=case_id,
         action=action,
         expires_at=expires_at or timezone.now() + timedelta(hours=1),
-        requested_by=requested_by,
         limits=limits,
+    )
+    return services.lease_request_grant(
+        tenant=tenant, approver=approver, request_id=asked.request_id
     )
 
 
@@ -93,13 +101,16 @@ def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
     return proposal.effect_id
 
 
-def token_for(tenant: Tenant, role: str, holder: str) -> str:
-    """The bearer token of a new key of `role` held by `holder`."""
-    return services.api_key_issue(tenant=tenant, role=role, holder=holder)[1]
+def token_for(tenant: Tenant, role: str, holder: str, *, targets: Sequence[str] = ()) -> str:
+    """The bearer token of a new key of `role` held by `holder` (a service key attesting for
+    `targets`)."""
+    return services.api_key_issue(tenant=tenant, role=role, holder=holder, targets=targets)[1]
 
 
-def client_for(tenant: Tenant, role: str, holder: str) -> APIClient:
-    """An API client authenticated with a new key of `role` held by `holder`."""
+def client_for(tenant: Tenant, role: str, holder: str, *, targets: Sequence[str] = ()) -> APIClient:
+    """An API client authenticated with a new key of `role` held by `holder` (a service key
+    attesting for `targets`)."""
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(tenant, role, holder)}")
+    token = token_for(tenant, role, holder, targets=targets)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return client

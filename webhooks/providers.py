@@ -5,6 +5,7 @@ endpoint's provider; plain code of bytes and headers, no database."""
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,12 +16,17 @@ import standardwebhooks
 import stripe
 import svix.webhooks
 
-from ledger.core.entries import format_timestamp
-from webhooks.models import Provider
+from ledger.core.canonical import MAX_DEPTH, CanonicalJSONError, check_depth
+from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
+from webhooks.models import MAX_EVENT_ID_LENGTH, Provider, Refusal
 
-# Signed timestamps further from now than this fail, as replays. Stripe's library takes it as an
-# argument (without one it would skip the check); svix and standardwebhooks fix it at 5 minutes.
+# Signed timestamps further from now than this, either way, fail as replays. Stripe's library
+# takes it as an argument and checks only the past side (without one it would skip the check), so
+# the future side is checked here; svix and standardwebhooks fix it at 5 minutes both ways.
 TOLERANCE_SECONDS = 300
+# The longest text an event contributes to its evidence (types, references, times); longer is
+# read as absent, as is text PostgreSQL or canonical JSON cannot hold (NUL, lone surrogates).
+MAX_EVIDENCE_TEXT = 255
 
 # Headers kept with a raw event: the signature inputs and the content type.
 KEPT_HEADERS = (
@@ -37,8 +43,23 @@ KEPT_HEADERS = (
 PERFORMED, NOT_PERFORMED, OTHER = "performed", "not_performed", "other"
 
 
-class VerificationFailed(ValueError):
+class RequestRefused(ValueError):
+    """The request is not a verified event; `reason` says which way (a Refusal value)."""
+
+    reason: ClassVar[str]
+
+
+class VerificationFailed(RequestRefused):
     """No active secret verifies the request."""
+
+    reason = Refusal.SIGNATURE.value
+
+
+class EventUnreadable(RequestRefused):
+    """The signature verifies, but the body is not an event the notary can keep: not a JSON
+    object, nested deeper than MAX_DEPTH, or without a usable event id."""
+
+    reason = Refusal.EVENT.value
 
 
 @dataclass(frozen=True)
@@ -80,14 +101,15 @@ class WebhookProvider(ABC):
 
     def verify(self, body: bytes, headers: Mapping[str, str], secrets: Sequence[str]) -> Verified:
         """Check the signature over the exact body with each active secret; the first that
-        verifies wins. Every failure, including the bare ValueError and UnicodeDecodeError the
-        libraries raise on malformed input, is a VerificationFailed."""
+        verifies wins, and then the body is read as an event. Every signature failure,
+        including the bare ValueError and UnicodeDecodeError the libraries raise on malformed
+        input, is a VerificationFailed; a signed body that is no event is EventUnreadable."""
         if not secrets:
             raise VerificationFailed("the endpoint has no active secret")
         failures = []
         for secret in secrets:
             try:
-                return self.verify_one(body, headers, secret)
+                self.check_signature(body, headers, secret)
             except (
                 stripe.SignatureVerificationError,
                 standardwebhooks.WebhookVerificationError,
@@ -96,11 +118,19 @@ class WebhookProvider(ABC):
                 TypeError,
             ) as exc:
                 failures.append(f"{type(exc).__name__}: {exc}")
+            else:
+                event = json_object(body)
+                return Verified(_event_id(self.event_id_of(event, headers)), event)
         raise VerificationFailed("; ".join(dict.fromkeys(failures)))
 
     @abstractmethod
-    def verify_one(self, body: bytes, headers: Mapping[str, str], secret: str) -> Verified:
-        """The event, if this secret signed the body; else the provider library's error."""
+    def check_signature(self, body: bytes, headers: Mapping[str, str], secret: str) -> None:
+        """Return if this secret signed the body; else raise the provider library's error.
+        Signature only: the body is parsed once, by json_object, under the depth limit."""
+
+    @abstractmethod
+    def event_id_of(self, event: dict[str, Any], headers: Mapping[str, str]) -> object:
+        """The provider's id of the event, as sent (checked by the caller)."""
 
     @abstractmethod
     def observe(
@@ -121,12 +151,18 @@ class Stripe(WebhookProvider):
 
     name = Provider.STRIPE.value
 
-    def verify_one(self, body: bytes, headers: Mapping[str, str], secret: str) -> Verified:
-        stripe.Webhook.construct_event(
-            body, headers.get("stripe-signature"), secret, tolerance=TOLERANCE_SECONDS
-        )
-        event = json_object(body)
-        return Verified(str(event["id"]), event)
+    def check_signature(self, body: bytes, headers: Mapping[str, str], secret: str) -> None:
+        header = headers.get("stripe-signature")
+        stripe.WebhookSignature.verify_header(body, header, secret, tolerance=TOLERANCE_SECONDS)
+        # The library refuses only the past side; a signature from the future is a replay too.
+        signed_at = _stripe_timestamp(header or "")  # verify_header refused a missing header
+        if signed_at > time.time() + TOLERANCE_SECONDS:
+            raise stripe.SignatureVerificationError(  # type: ignore[no-untyped-call]
+                f"Timestamp too far in the future ({signed_at})", header
+            )
+
+    def event_id_of(self, event: dict[str, Any], headers: Mapping[str, str]) -> object:
+        return event.get("id")
 
     def observe(
         self,
@@ -137,10 +173,10 @@ class Stripe(WebhookProvider):
         negative_types: Sequence[str] = (),
     ) -> Observation:
         event = verified.event
-        event_type = str(event.get("type", ""))
+        event_type = _text(event.get("type"))
         obj = _object(_object(event.get("data")).get("object"))
         metadata = _object(obj.get("metadata"))
-        status = obj.get("status")
+        status = _text(obj.get("status"))
         if obj.get("object") != "refund" or event_type == "refund.failed":
             outcome = NOT_PERFORMED if event_type == "refund.failed" else OTHER
         else:
@@ -151,20 +187,13 @@ class Stripe(WebhookProvider):
                 if status in _STRIPE_NOT_PERFORMED
                 else OTHER
             )
-        created = event.get("created")
-        occurred = (
-            format_timestamp(datetime.fromtimestamp(created, UTC))
-            if isinstance(created, int)
-            else ""
-        )
-        effect_id = metadata.get("interlock_effect_id")
         return Observation(
             provider=self.name,
             event_id=verified.event_id,
             event_type=event_type,
-            occurred_at=occurred,
-            effect_id=effect_id if isinstance(effect_id, str) and effect_id else None,
-            result_ref=obj.get("id") if isinstance(obj.get("id"), str) else None,
+            occurred_at=_unix_time(event.get("created")),
+            effect_id=_effect_id(metadata.get("interlock_effect_id")),
+            result_ref=_text(obj.get("id")) or None,
             outcome=outcome,
         )
 
@@ -180,9 +209,11 @@ class Resend(WebhookProvider):
         super().check_secret(secret)
         _check_base64_secret(self.name, secret)
 
-    def verify_one(self, body: bytes, headers: Mapping[str, str], secret: str) -> Verified:
-        svix.webhooks.Webhook(secret).verify(body, dict(headers))
-        return Verified(headers["svix-id"], json_object(body))
+    def check_signature(self, body: bytes, headers: Mapping[str, str], secret: str) -> None:
+        svix.webhooks.Webhook(secret).verify(body, dict(headers))  # parses no JSON
+
+    def event_id_of(self, event: dict[str, Any], headers: Mapping[str, str]) -> object:
+        return headers.get("svix-id")
 
     def observe(
         self,
@@ -193,20 +224,22 @@ class Resend(WebhookProvider):
         negative_types: Sequence[str] = (),
     ) -> Observation:
         event = verified.event
-        event_type = str(event.get("type", ""))
+        event_type = _text(event.get("type"))
         data = _object(event.get("data"))
         tags = data.get("tags")
         if isinstance(tags, list):  # [{"name": ..., "value": ...}] as sent, or a mapping
-            tags = {t.get("name"): t.get("value") for t in tags if isinstance(t, dict)}
-        effect_id = _object(tags).get("interlock_effect_id")
-        email_id = data.get("email_id")
+            tags = {
+                t.get("name"): t.get("value")
+                for t in tags
+                if isinstance(t, dict) and isinstance(t.get("name"), str)
+            }
         return Observation(
             provider=self.name,
             event_id=verified.event_id,
             event_type=event_type,
-            occurred_at=str(event.get("created_at", "")),
-            effect_id=effect_id if isinstance(effect_id, str) and effect_id else None,
-            result_ref=email_id if isinstance(email_id, str) else None,
+            occurred_at=_text(event.get("created_at")),
+            effect_id=_effect_id(_object(tags).get("interlock_effect_id")),
+            result_ref=_text(data.get("email_id")) or None,
             outcome=(
                 PERFORMED
                 if event_type in _RESEND_PERFORMED
@@ -230,9 +263,11 @@ class StandardWebhooks(WebhookProvider):
     def endpoint_refusal(self, *, effect_id_path: str) -> str | None:
         return None if effect_id_path else "a Standard Webhooks endpoint needs effect_id_path"
 
-    def verify_one(self, body: bytes, headers: Mapping[str, str], secret: str) -> Verified:
-        standardwebhooks.Webhook(secret).verify(body, dict(headers))
-        return Verified(headers["webhook-id"], json_object(body))
+    def check_signature(self, body: bytes, headers: Mapping[str, str], secret: str) -> None:
+        standardwebhooks.Webhook(secret).verify(body, dict(headers), json_parse=False)
+
+    def event_id_of(self, event: dict[str, Any], headers: Mapping[str, str]) -> object:
+        return headers.get("webhook-id")
 
     def observe(
         self,
@@ -243,8 +278,7 @@ class StandardWebhooks(WebhookProvider):
         negative_types: Sequence[str] = (),
     ) -> Observation:
         event = verified.event
-        event_type = str(event.get("type", ""))
-        effect_id = _at_path(event, effect_id_path)
+        event_type = _text(event.get("type"))
         outcome = (
             PERFORMED
             if event_type in positive_types
@@ -256,8 +290,8 @@ class StandardWebhooks(WebhookProvider):
             provider=self.name,
             event_id=verified.event_id,
             event_type=event_type,
-            occurred_at=str(event.get("timestamp", "")),
-            effect_id=effect_id if isinstance(effect_id, str) and effect_id else None,
+            occurred_at=_text(event.get("timestamp")),
+            effect_id=_effect_id(_at_path(event, effect_id_path)),
             result_ref=None,
             outcome=outcome,
         )
@@ -285,10 +319,77 @@ def _check_base64_secret(provider: str, secret: str) -> None:
 
 
 def json_object(body: bytes) -> dict[str, Any]:
-    event = json.loads(body)
+    """The body as a JSON object (UTF-8), nested no deeper than MAX_DEPTH; else EventUnreadable."""
+    try:
+        event = json.loads(body.decode("utf-8"))
+    except RecursionError:  # the C scanner's own guard, far past MAX_DEPTH
+        raise EventUnreadable(
+            f"the event nests deeper than {MAX_DEPTH} arrays and objects"
+        ) from None
+    except ValueError as exc:  # not UTF-8, not JSON, an integer too long to convert
+        raise EventUnreadable(f"the body is not JSON: {exc}") from exc
     if not isinstance(event, dict):
-        raise ValueError("the event is not a JSON object")
+        raise EventUnreadable(f"the event is a JSON {type(event).__name__}, not an object")
+    try:
+        check_depth(event, MAX_DEPTH)
+    except CanonicalJSONError as exc:
+        raise EventUnreadable(f"the event {exc}") from exc
     return event
+
+
+def _event_id(value: object) -> str:
+    """The provider's event id, the key a replay is known by: a string of 1 to
+    MAX_EVENT_ID_LENGTH characters that PostgreSQL can store."""
+    if not isinstance(value, str) or not value:
+        raise EventUnreadable(f"the event id is {_kind(value)}, not a non-empty string")
+    if len(value) > MAX_EVENT_ID_LENGTH:
+        raise EventUnreadable(
+            f"the event id is {len(value)} characters long, at most {MAX_EVENT_ID_LENGTH}"
+        )
+    if not _storable(value):
+        raise EventUnreadable("the event id holds NUL or a lone surrogate")
+    return value
+
+
+def _kind(value: object) -> str:
+    return "missing or null" if value is None else f"a JSON {type(value).__name__}"
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL text and canonical JSON can hold `text` (UTF-8, no NUL)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+def _text(value: object, limit: int = MAX_EVIDENCE_TEXT) -> str:
+    """`value` if it is text evidence can carry, else "" (absent)."""
+    if isinstance(value, str) and len(value) <= limit and _storable(value):
+        return value
+    return ""
+
+
+def _effect_id(value: object) -> str | None:
+    return _text(value, MAX_EFFECT_ID_LENGTH) or None
+
+
+def _unix_time(value: object) -> str:
+    """A Unix time in seconds as the ledger writes times; "" for anything else."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return ""
+    try:
+        return format_timestamp(datetime.fromtimestamp(value, UTC))
+    except (OverflowError, OSError, ValueError):  # out of the platform's or datetime's range
+        return ""
+
+
+def _stripe_timestamp(header: str) -> int:
+    """The t= of a Stripe-Signature header, read as the stripe library reads it (which has
+    accepted the header by then)."""
+    items = [item.split("=", 2) for item in header.split(",")]
+    return int(next(item[1] for item in items if item[0] == "t"))
 
 
 def _object(value: Any) -> dict[str, Any]:

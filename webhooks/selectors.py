@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from notary import counters
 from webhooks.models import Endpoint, RawEvent
 
 
@@ -26,3 +27,14 @@ def events_awaiting_ingestion(*, received_before: datetime) -> list[int]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+
+
+def unverified_counter_key(*, endpoint: Endpoint) -> str:
+    """The notary.counters key of the endpoint's requests that were not verified events."""
+    return f"webhooks:unverified:{endpoint.public_id}"
+
+
+def unverified_this_minute(*, endpoint: Endpoint) -> int:
+    """The endpoint's requests in the current minute that were not verified events, those
+    refused for the rate limit included."""
+    return counters.current(unverified_counter_key(endpoint=endpoint))

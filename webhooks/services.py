@@ -5,20 +5,47 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
 
+from notary import counters
 from notary import services as notary_services
 from notary.models import Effect, Target, Tenant
-from webhooks import providers
-from webhooks.models import Endpoint, EndpointSecret, Ingestion, Provider, RawEvent
+from webhooks import providers, selectors
+from webhooks.models import (
+    Endpoint,
+    EndpointSecret,
+    Ingestion,
+    Provider,
+    RawEvent,
+    UnverifiedRequest,
+)
 
 log = logging.getLogger(__name__)
+
+# What the quarantine keeps of each header: enough to see what was sent, bounded.
+QUARANTINED_HEADER_CHARS = 1000
+ERROR_CHARS = 2000
+RATE_LIMITED = "rate_limited"
 
 
 class WebhookInputError(ValueError):
     """The endpoint cannot be set up as asked; nothing was written."""
+
+
+class WebhookRefused(Exception):
+    """The request is not taken as a verified event. `code` is a Refusal value (the request is
+    in the quarantine) or RATE_LIMITED (it is not: the endpoint had too many this minute)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
 
 
 @transaction.atomic(durable=True)
@@ -64,25 +91,23 @@ def event_receive(
 ) -> tuple[RawEvent, bool]:
     """Verify and store one request; return the stored event and whether it is new.
 
-    Every request is stored as it came, failed ones included (verified=False, with the reason):
-    a forgery is worth keeping, and it claims no event id. A verified event whose id was stored
-    before adds nothing. A new verified event is queued for ingestion once its row is committed;
-    with the queue down it waits for the periodic sweep."""
-    kept = {name: headers[name] for name in providers.KEPT_HEADERS if name in headers}
+    A verified event is stored as it came, append-only; one whose id was stored before adds
+    nothing. A new verified event is queued for ingestion once its row is committed; with the
+    queue down it waits for the periodic sweep. Anything else raises WebhookRefused: kept in
+    the endpoint's bounded quarantine (a digest, not the body) and counted, or, past
+    WEBHOOK_UNVERIFIED_PER_MINUTE for the endpoint, not kept at all. A forgery claims no id."""
+    kept = {
+        name: headers[name].replace("\x00", "\ufffd")  # PostgreSQL's jsonb holds no NUL
+        for name in providers.KEPT_HEADERS
+        if name in headers
+    }
     secrets = list(
         endpoint.secrets.filter(retired_at__isnull=True).values_list("secret", flat=True)
     )
     try:
         verified = providers.PROVIDERS[endpoint.provider].verify(body, headers, secrets)
-    except providers.VerificationFailed as failure:
-        event = RawEvent.objects.create(
-            endpoint=endpoint,
-            headers=kept,
-            body=body,
-            verified=False,
-            verification_error=str(failure)[:2000],
-        )
-        return event, True
+    except providers.RequestRefused as refusal:
+        _refuse(endpoint=endpoint, body=body, headers=kept, refusal=refusal)
     existing = RawEvent.objects.filter(
         endpoint=endpoint, provider_event_id=verified.event_id, verified=True
     ).first()
@@ -103,6 +128,73 @@ def event_receive(
             endpoint=endpoint, provider_event_id=verified.event_id, verified=True
         ), False
     return event, True
+
+
+def _refuse(
+    *,
+    endpoint: Endpoint,
+    body: bytes,
+    headers: Mapping[str, str],
+    refusal: providers.RequestRefused,
+) -> NoReturn:
+    """Count the refused request, quarantine it unless the endpoint is over its limit, and
+    raise WebhookRefused saying which."""
+    limit = settings.WEBHOOK_UNVERIFIED_PER_MINUTE
+    seen = counters.count(selectors.unverified_counter_key(endpoint=endpoint), window_seconds=60)
+    if seen > limit:
+        raise WebhookRefused(
+            RATE_LIMITED,
+            f"more than {limit} requests to this endpoint in a minute were not verified events; "
+            "the rest of the minute's are refused and not kept",
+        )
+    error = str(refusal).replace("\x00", "\ufffd")[:ERROR_CHARS]
+    quarantine_add(
+        endpoint=endpoint, reason=refusal.reason, body=body, headers=headers, error=error
+    )
+    raise WebhookRefused(refusal.reason, error)
+
+
+@transaction.atomic
+def quarantine_add(
+    *, endpoint: Endpoint, reason: str, body: bytes, headers: Mapping[str, str], error: str
+) -> UnverifiedRequest:
+    """Keep what is worth keeping of a request that is not a verified event, count it on the
+    endpoint, and drop the endpoint's requests past the newest WEBHOOK_QUARANTINE_KEEP and
+    those older than WEBHOOK_QUARANTINE_SECONDS. The endpoint's row is updated first, so
+    concurrent requests to one endpoint prune one after another."""
+    now = timezone.now()
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        unverified_count=F("unverified_count") + 1, last_unverified_at=now
+    )
+    kept = UnverifiedRequest.objects.create(
+        endpoint=endpoint,
+        reason=reason,
+        body_sha256=hashlib.sha256(body).hexdigest(),
+        body_size=len(body),
+        headers={name: value[:QUARANTINED_HEADER_CHARS] for name, value in headers.items()},
+        error=error,
+    )
+    stale = Q(received_at__lt=_quarantine_horizon(now))
+    keep = settings.WEBHOOK_QUARANTINE_KEEP
+    mine = UnverifiedRequest.objects.filter(endpoint=endpoint)
+    beyond = mine.order_by("-pk").values_list("pk", flat=True)[keep : keep + 1]
+    oldest_dropped = next(iter(beyond), None)
+    if oldest_dropped is not None:
+        stale |= Q(pk__lte=oldest_dropped)
+    mine.filter(stale).delete()
+    return kept
+
+
+def quarantine_prune() -> int:
+    """Drop every quarantined request older than WEBHOOK_QUARANTINE_SECONDS (endpoints that
+    receive nothing new prune nothing on insert); return how many. Safe to rerun."""
+    expired = UnverifiedRequest.objects.filter(received_at__lt=_quarantine_horizon(timezone.now()))
+    deleted, _ = expired.delete()
+    return deleted
+
+
+def _quarantine_horizon(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.WEBHOOK_QUARANTINE_SECONDS)
 
 
 @transaction.atomic(durable=True)

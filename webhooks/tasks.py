@@ -1,5 +1,5 @@
-"""Webhook ingestion (queued as each event is stored) and the sweep for events whose task was
-lost (Celery beat). Both take ids and are safe to rerun."""
+"""Webhook ingestion (queued as each event is stored), the sweep for events whose task was lost
+and the quarantine's expiry (both Celery beat). Each takes ids or nothing and is safe to rerun."""
 
 from __future__ import annotations
 
@@ -25,3 +25,9 @@ def ingest_stranded_events() -> int:
     for raw_event_id in stranded:
         ingest_event.delay(raw_event_id)
     return len(stranded)
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def prune_unverified_requests() -> int:
+    """Drop quarantined requests past WEBHOOK_QUARANTINE_SECONDS; safe to rerun."""
+    return services.quarantine_prune()

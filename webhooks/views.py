@@ -1,30 +1,91 @@
-"""POST /webhooks/<endpoint id>/: store fast, answer fast; ingestion happens in Celery."""
+"""POST /webhooks/<endpoint id>/: store fast, answer fast; ingestion happens in Celery. Every
+answer but the 200 is the API's error shape, {"error": code, "detail": text}."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from webhooks import selectors, services
 
+# How long a rate-limited sender should wait: the counter's window.
+RETRY_AFTER_SECONDS = 60
+# A body refused as too large is read and thrown away up to this much before the 413, so that
+# the sender sees the answer: a server closing on unread data makes the client see a reset.
+DRAIN_BYTES = 16 * 1024 * 1024
+
+
+class _BodyRefused(Exception):
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
 
 @csrf_exempt  # providers sign their requests; there is no browser session to protect
-@require_POST
 def receive(request: HttpRequest, endpoint_id: str) -> JsonResponse:
+    if request.method != "POST":
+        response = _error(405, "method_not_allowed", f"{request.method}: providers POST here")
+        response["Allow"] = "POST"
+        return response
     endpoint = selectors.endpoint_for_url(public_id=endpoint_id)
     if endpoint is None:
         return _error(404, "not_found", "no such webhook endpoint")
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    if not length.isdigit() or int(length) > settings.WEBHOOK_MAX_BODY_BYTES:
-        return _error(413, "too_large", f"at most {settings.WEBHOOK_MAX_BODY_BYTES} bytes")
-    body = request.body  # the raw bytes: signatures cover exactly these, never re-serialized JSON
+    try:
+        body = _read_body(request, settings.WEBHOOK_MAX_BODY_BYTES)
+    except _BodyRefused as refused:
+        return _error(refused.status, refused.code, refused.detail)
     headers = {name.lower(): value for name, value in request.headers.items()}
-    event, new = services.event_receive(endpoint=endpoint, body=body, headers=headers)
-    if not event.verified:
-        return _error(400, "signature", event.verification_error)
+    try:
+        event, new = services.event_receive(endpoint=endpoint, body=body, headers=headers)
+    except services.WebhookRefused as refused:
+        if refused.code != services.RATE_LIMITED:
+            return _error(400, refused.code, refused.detail)
+        response = _error(429, refused.code, refused.detail)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
     return JsonResponse({"received": event.provider_event_id, "duplicate": not new}, status=200)
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes:
+    """The raw bytes (signatures cover exactly these, never re-serialized JSON), at most `limit`
+    of them: refused, never kept, when Content-Length says more, and as soon as reading passes
+    the limit whatever it says. A body with no Content-Length (chunked) is read from the
+    server's stream when the server ends it (wsgi.input_terminated, as gunicorn does). Read
+    here, not through request.body, so that this is the one limit (not
+    DATA_UPLOAD_MAX_MEMORY_SIZE, whose refusal is an HTML 400)."""
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if declared and not declared.isdigit():
+        raise _BodyRefused(400, "invalid", f"Content-Length {declared[:40]!r} is not a length")
+    if declared:
+        stream: Any = request  # Django's stream, which ends at Content-Length
+    elif request.META.get("wsgi.input_terminated"):  # META is the WSGI environ
+        stream = request.META["wsgi.input"]
+    else:
+        return b""
+    try:
+        body = _read_at_most(stream, 0 if int(declared or 0) > limit else limit + 1)
+        if len(body) > limit or int(declared or 0) > limit:
+            _read_at_most(stream, DRAIN_BYTES, keep=False)
+            raise _BodyRefused(413, "too_large", f"a webhook body is at most {limit} bytes")
+    except OSError as exc:  # the client went away mid-body (UnreadablePostError is an OSError)
+        raise _BodyRefused(400, "invalid", f"the body could not be read: {exc}") from exc
+    return body
+
+
+def _read_at_most(stream: Any, size: int, *, keep: bool = True) -> bytes:
+    """Up to `size` bytes of `stream` (fewer at its end); thrown away unless `keep`."""
+    chunks: list[bytes] = []
+    while size > 0:
+        chunk = stream.read(min(size, 64 * 1024))
+        if not chunk:
+            break
+        size -= len(chunk)
+        if keep:
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _error(status: int, code: str, detail: str) -> JsonResponse:

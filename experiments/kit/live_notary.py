@@ -74,10 +74,13 @@ class NotaryTenant:
         services.lease_revoke(tenant=self.tenant, lease_id=lease_id, by="finance", reason=reason)
 
     def service_token(self, holder: str) -> str:
-        """A new service key: what a cooperating service attests with."""
+        """A new service key: what a cooperating service attests with, for every target of
+        the tenant."""
         from notary import services
 
-        _, token = services.api_key_issue(tenant=self.tenant, role="service", holder=holder)
+        _, token = services.api_key_issue(
+            tenant=self.tenant, role="service", holder=holder, targets=list(self.targets)
+        )
         return token
 
     def webhook_endpoint(self, target: str, provider: str, secret: str) -> str:

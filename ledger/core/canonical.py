@@ -7,7 +7,11 @@ same value always hash the same bytes:
 - no insignificant white space; strings in UTF-8, escaped as ECMAScript ``JSON.stringify`` does;
 - numbers as ECMAScript prints IEEE-754 doubles (``1.0`` is ``1``, ``1e21`` is ``1e+21``);
   integers must fit a double exactly (|n| <= 2**53 - 1); NaN and the infinities are refused;
-- only dict, list/tuple, str, int, float, bool and None are accepted.
+- only dict, list/tuple, str, int, float, bool and None are accepted;
+- nesting is bounded: `MAX_DEPTH` is the one limit every input (API bodies, webhooks) is held to,
+  checked with `check_depth` before anything is written; the encoder and the parser themselves
+  refuse anything past `MAX_ENCODING_DEPTH`, which leaves room for the envelopes an entry wraps
+  around an accepted input, so no value can make either of them exhaust the stack.
 
 Money and counters belong in integers (minor units); a float is accepted only because JCS
 defines its one true spelling.
@@ -17,21 +21,49 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
+# How many arrays and objects may nest in any input: a scalar is depth 0, ``[]`` and ``{}`` are
+# depth 1, ``{"a": [1]}`` is depth 2.
+MAX_DEPTH = 64
+# What the encoding itself accepts: an accepted input plus the envelopes around it.
+MAX_ENCODING_DEPTH = 2 * MAX_DEPTH
 
 
 class CanonicalJSONError(ValueError):
     """The value has no canonical encoding, or the bytes are not canonically encoded."""
 
 
+CanonicalError = CanonicalJSONError
+
+
+def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
+    """Refuse `value` if more than `limit` arrays and objects nest in it.
+
+    Iterative, so it answers for any value however deep, and it stops at the first level past
+    the limit without walking the rest."""
+    # Each item: a container and how deep it sits (the outermost container is depth 1).
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise CanonicalJSONError(f"value nests deeper than {limit} arrays and objects")
+        stack.extend((child, depth + 1) for child in children)
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode `value` as canonical JSON; raise CanonicalJSONError for what JCS cannot encode."""
     parts: list[str] = []
-    _encode(value, parts, "$")
+    _encode(value, parts, "$", 0)
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -50,16 +82,19 @@ def parse_canonical(data: bytes) -> Any:
         )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc
+    except RecursionError as exc:  # the C scanner's own guard, far past MAX_ENCODING_DEPTH
+        raise CanonicalJSONError("JSON nests too deep to parse") from exc
     if canonical_json(value) != data:
         raise CanonicalJSONError("JSON is valid but not in canonical form")
     return value
 
 
-def _encode(value: Any, out: list[str], path: str) -> None:
+def _encode(value: Any, out: list[str], path: str, depth: int) -> None:
     # The builtin types by exact type (the common case, one lookup); anything else, such as a
-    # StrEnum or an OrderedDict, by the first kind it is an instance of.
+    # StrEnum or an OrderedDict, by the first kind it is an instance of. `depth`: how many
+    # arrays and objects enclose `value`.
     encoder = _ENCODERS_BY_TYPE.get(type(value)) or _encoder_for_subclass(value)
-    encoder(value, out, path)
+    encoder(value, out, path, depth)
 
 
 def _encoder_for_subclass(value: Any) -> _Encoder:
@@ -70,32 +105,33 @@ def _encoder_for_subclass(value: Any) -> _Encoder:
     )
 
 
-def _encode_null(value: None, out: list[str], path: str) -> None:
+def _encode_null(value: None, out: list[str], path: str, depth: int) -> None:
     out.append("null")
 
 
-def _encode_bool(value: bool, out: list[str], path: str) -> None:
+def _encode_bool(value: bool, out: list[str], path: str, depth: int) -> None:
     out.append("true" if value else "false")
 
 
-def _encode_string(value: str, out: list[str], path: str) -> None:
+def _encode_string(value: str, out: list[str], path: str, depth: int) -> None:
     # The C string escaper json.dumps(..., ensure_ascii=False) uses, without its set-up cost.
     out.append(encode_basestring(value))
 
 
-def _encode_integer(value: int, out: list[str], path: str) -> None:
+def _encode_integer(value: int, out: list[str], path: str, depth: int) -> None:
     if abs(value) > MAX_SAFE_INTEGER:
         raise CanonicalJSONError(f"{path}: integer {value} does not fit an IEEE-754 double")
     out.append(str(value))
 
 
-def _encode_float(value: float, out: list[str], path: str) -> None:
+def _encode_float(value: float, out: list[str], path: str, depth: int) -> None:
     out.append(_format_number(value, path))
 
 
-def _encode_object(value: Mapping[Any, Any], out: list[str], path: str) -> None:
+def _encode_object(value: Mapping[Any, Any], out: list[str], path: str, depth: int) -> None:
     """Members sorted by their keys' UTF-16 code units; every key is checked to be a string
     before anything is written."""
+    _check_nesting(depth, path)
     for key in value:
         if not isinstance(key, str):
             raise CanonicalJSONError(f"{path}: object key {key!r} is not a string")
@@ -105,24 +141,32 @@ def _encode_object(value: Mapping[Any, Any], out: list[str], path: str) -> None:
             out.append(",")
         out.append(encode_basestring(key))
         out.append(":")
-        _encode(value[key], out, f"{path}.{key}")
+        _encode(value[key], out, f"{path}.{key}", depth + 1)
     out.append("}")
 
 
-def _encode_array(value: Sequence[Any], out: list[str], path: str) -> None:
+def _encode_array(value: Sequence[Any], out: list[str], path: str, depth: int) -> None:
+    _check_nesting(depth, path)
     out.append("[")
     for i, item in enumerate(value):
         if i:
             out.append(",")
-        _encode(item, out, f"{path}[{i}]")
+        _encode(item, out, f"{path}[{i}]", depth + 1)
     out.append("]")
 
 
-def _refuse_type(value: Any, out: list[str], path: str) -> None:
+def _check_nesting(depth: int, path: str) -> None:
+    if depth >= MAX_ENCODING_DEPTH:
+        raise CanonicalJSONError(
+            f"{path}: value nests deeper than {MAX_ENCODING_DEPTH} arrays and objects"
+        )
+
+
+def _refuse_type(value: Any, out: list[str], path: str, depth: int) -> None:
     raise CanonicalJSONError(f"{path}: {type(value).__name__} has no JSON encoding")
 
 
-_Encoder = Callable[[Any, list[str], str], None]
+_Encoder = Callable[[Any, list[str], str, int], None]
 _ENCODERS_BY_TYPE: dict[type, _Encoder] = {
     type(None): _encode_null,
     bool: _encode_bool,

@@ -72,7 +72,7 @@ class NotaryJournals:
                 "case_id": case_id,
                 "action": ACTION,
                 "expires_at": expires.isoformat(),
-                "requested_by": "support-agent",
+                "requested_by": "email-agent",  # the holder of the agent key
             },
         )
         lease_id = granted["lease_id"]

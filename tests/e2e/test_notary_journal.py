@@ -175,7 +175,9 @@ def mail_tenant() -> tuple[Tenant, str, str, Lease]:
         max_inflight=MAIL_INFLIGHT,
         evidence_window=EVIDENCE_WINDOW,
     )
-    _, service_token = services.api_key_issue(tenant=tenant, role="service", holder="mailer")
+    _, service_token = services.api_key_issue(
+        tenant=tenant, role="service", holder="mailer", targets=["mail"]
+    )
     return tenant, token, service_token, lease
 
 

@@ -7,10 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,10 +25,11 @@ from testkit.agents.agent_process import ACTION, TARGET, effect_id
 from testkit.celery_worker import running_worker
 from testkit.crash_matrix import set_refund_status
 from testkit.factories import INSTANT, dispatched, leased, register
-from testkit.notary_server import free_port, running_notary
+from testkit.notary_server import running_notary
 from testkit.paths import REPO_ROOT, child_database_url
 from testkit.peers.reference_service import read_acts, running_server
 from testkit.processes import spawn_armed
+from testkit.redis_server import PrivateRedis
 from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
 from webhooks import services as webhook_services
 from webhooks.models import Ingestion, RawEvent
@@ -107,28 +105,7 @@ def test_a_tier_3_effect_killed_after_the_send_is_settled_by_the_webhook(
     assert derive_receipt(list(entries.values()), effect).final_state == "COMMITTED_ON_EVIDENCE"
 
 
-@contextmanager
-def private_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """A Redis of this test's own, so stopping it disturbs no one else."""
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while (
-            subprocess.run(
-                ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True
-            ).stdout.strip()
-            != "PONG"
-        ):
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-        yield server
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+SWEEP = "from webhooks.tasks import ingest_stranded_events as t; print(t())"
 
 
 def test_webhooks_arriving_while_redis_is_down_are_all_ingested_once_after(
@@ -141,47 +118,62 @@ def test_webhooks_arriving_while_redis_is_down_are_all_ingested_once_after(
         tenant=tenant, target=target, provider="stripe", secrets=[secret]
     )
     effects = [dispatched(tenant, "stripe-refunds", f"case-{n}") for n in range(100)]
-    port = free_port()
-    broker = {"REDIS_URL": f"redis://127.0.0.1:{port}/0", "CELERY_TASK_ALWAYS_EAGER": "false"}
-    with running_notary(child_database_url(), tmp_path, settings=broker) as url:
-        with private_redis(port):
-            pass  # up, then stopped: the notary's broker is down from here
-        with httpx.Client(base_url=url, timeout=60) as client, ThreadPoolExecutor(8) as pool:
+    redis_server = PrivateRedis(tmp_path)  # never started yet: the notary's broker is down
+    broker = {"REDIS_URL": redis_server.url, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    with (
+        running_notary(child_database_url(), tmp_path, settings=broker) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+        ThreadPoolExecutor(8) as pool,
+    ):
 
-            def deliver(effect: str) -> int:
-                body = body_of(stripe_refund_event(effect))
-                meta = signed_headers("stripe", body, secret)
-                headers = {"Content-Type": "application/json", **http_headers(meta)}
-                path = f"/webhooks/{endpoint.public_id}/"
-                return client.post(path, content=body, headers=headers).status_code
+        def deliver(effect: str) -> int:
+            body = body_of(stripe_refund_event(effect))
+            meta = signed_headers("stripe", body, secret)
+            headers = {"Content-Type": "application/json", **http_headers(meta)}
+            path = f"/webhooks/{endpoint.public_id}/"
+            return client.post(path, content=body, headers=headers).status_code
 
-            statuses = list(pool.map(deliver, effects))
+        statuses = list(pool.map(deliver, effects))
     assert statuses == [200] * 100
     assert RawEvent.objects.filter(verified=True).count() == 100
     assert not Ingestion.objects.exists()
 
-    with (
-        private_redis(port),
-        running_worker(queue="celery", WEBHOOK_INGEST_GRACE_SECONDS="0", **broker) as (_, wait),
-    ):
-        sweep = "from webhooks.tasks import ingest_stranded_events as t; t.delay()"
-        for _ in range(2):  # the sweep twice: the second finds nothing left to queue
-            subprocess.run(
-                [sys.executable, "manage.py", "shell", "-c", sweep],
-                cwd=REPO_ROOT,
-                env={
-                    **os.environ,
-                    **broker,
-                    "DJANGO_SETTINGS_MODULE": "notary.settings",
-                    "DATABASE_URL": child_database_url(),
-                },
-                check=True,
-            )
+    redis_server.start()
+    try:
+        with running_worker(queue="celery", WEBHOOK_INGEST_GRACE_SECONDS="0", **broker) as (
+            _,
+            wait,
+        ):
+            # The sweep queues what the outage stranded; once all is ingested, a second sweep
+            # finds nothing left to queue, so no event can be ingested twice after it.
+            assert sweep(broker) == 100
             wait(lambda: Ingestion.objects.count() == 100)
-        time.sleep(1)
+            assert sweep(broker) == 0
+    finally:
+        redis_server.kill()
     assert Ingestion.objects.count() == 100
     observed = [e for e in iter_entries(log=tenant.log) if e.kind == EntryKind.OBSERVED]
     assert sorted(e.effect_id for e in observed) == sorted(effects)  # each exactly once
     assert set(Effect.objects.filter(tenant=tenant).values_list("state", flat=True)) == {
         "COMMITTED_ON_EVIDENCE"
     }
+
+
+def sweep(broker: dict[str, str]) -> int:
+    """Run the stranded-events sweep in a process of its own; how many events it queued."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", SWEEP],
+        cwd=REPO_ROOT,
+        env={
+            **os.environ,
+            **broker,
+            "DJANGO_SETTINGS_MODULE": "notary.settings",
+            "DATABASE_URL": child_database_url(),
+            "WEBHOOK_INGEST_GRACE_SECONDS": "0",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return int(done.stdout.strip().splitlines()[-1])

@@ -152,7 +152,9 @@ def live(transactional_db: None, tmp_path: Path) -> Iterator[Live]:
         attests_before_acting=True,
     )
     _, agent_token = services.api_key_issue(tenant=tenant, role="agent", holder="bot")
-    _, service_token = services.api_key_issue(tenant=tenant, role="service", holder="mailer")
+    _, service_token = services.api_key_issue(
+        tenant=tenant, role="service", holder="mailer", targets=[TARGET]
+    )
     with (
         running_notary(child_database_url(), tmp_path) as notary,
         running_server(

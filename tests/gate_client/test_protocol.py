@@ -646,7 +646,18 @@ AGENT_OUTCOMES = [
     ),
     ("a refusal reason of its own", "REFUSED", {"reason": "felt_like_it_at_recovery"}, "one of"),
     ("a refusal at recovery", "REFUSED", {"reason": "lease_revoked_at_recovery"}, None),
-    ("a changed payload", "REFUSED", {"reason": "payload_changed"}, None),
+    (
+        "a changed payload",
+        "REFUSED",
+        {"reason": "payload_changed", "payload_hash": "ab" * 32},
+        None,
+    ),
+    (
+        "a changed payload it does not name",
+        "REFUSED",
+        {"reason": "payload_changed"},
+        "payload_hash",
+    ),
     ("a kind that is not an outcome", "RESOLVED", {"happened": True}, "kind"),
 ]
 

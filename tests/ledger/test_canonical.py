@@ -8,9 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.core.canonical import (
+    MAX_DEPTH,
+    MAX_ENCODING_DEPTH,
     MAX_SAFE_INTEGER,
     CanonicalJSONError,
     canonical_json,
+    check_depth,
     parse_canonical,
 )
 
@@ -114,3 +117,34 @@ def test_encoding_round_trips_and_is_a_fixed_point(value: object) -> None:
     assert canonical_json(decoded) == encoded
     # Canonical bytes are plain JSON: a parser reading numbers as doubles gets the same value.
     assert json.loads(encoded, parse_int=float) == json.loads(json.dumps(value), parse_int=float)
+
+
+def _nested(depth: int, leaf: object = 1) -> object:
+    value = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"a": value}
+    return value
+
+
+def test_one_depth_limit_counts_arrays_and_objects_iteratively() -> None:
+    check_depth(1)
+    check_depth(_nested(MAX_DEPTH))
+    with pytest.raises(CanonicalJSONError, match=f"deeper than {MAX_DEPTH}"):
+        check_depth(_nested(MAX_DEPTH + 1))
+    with pytest.raises(CanonicalJSONError):
+        check_depth(_nested(100_000))  # no RecursionError, however deep
+    check_depth(_nested(3), limit=3)
+    with pytest.raises(CanonicalJSONError):
+        check_depth(_nested(4), limit=3)
+
+
+def test_encoding_and_parsing_refuse_what_nests_too_deep_instead_of_overflowing() -> None:
+    assert parse_canonical(canonical_json(_nested(MAX_ENCODING_DEPTH))) == _nested(
+        MAX_ENCODING_DEPTH
+    )
+    with pytest.raises(CanonicalJSONError, match="deeper than"):
+        canonical_json(_nested(MAX_ENCODING_DEPTH + 1))
+    with pytest.raises(CanonicalJSONError):
+        canonical_json(_nested(100_000))
+    with pytest.raises(CanonicalJSONError):
+        parse_canonical(b"[" * 100_000 + b"]" * 100_000)

@@ -37,6 +37,7 @@ class Agent:
             tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
         )
         approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
+        self.client = client_for(tenant, "agent", "refund-bot")  # the requester holds a key
         self.lease = services.lease_grant(
             tenant=tenant,
             approver=approver,
@@ -46,7 +47,6 @@ class Agent:
             requested_by="refund-bot",
             limits={"amount_cents": amount_limit},
         )
-        self.client = client_for(tenant, "agent", "refund-bot")
 
     def proposal(self, amount: int = 2000) -> Proposal:
         return Proposal(

@@ -51,6 +51,7 @@ def test_compose_celery_commands_name_the_project_app() -> None:
         "ledger.tasks.sign_due_checkpoints",
         "notary.tasks.sweep_in_flight",
         "webhooks.tasks.ingest_stranded_events",
+        "webhooks.tasks.prune_unverified_requests",
     }
     assert scheduled <= set(app.tasks)
 

@@ -15,6 +15,12 @@ from testkit.factories import client_for
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def requester(acme: Tenant) -> None:
+    """The requester a grant names holds an agent key of the tenant."""
+    client_for(acme, "agent", "bob@acme.example")
+
+
 def grant_body(**changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "case_id": "case_4711",

@@ -17,6 +17,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def approver(acme: Tenant) -> ApiKey:
+    # The requester a grant names holds an agent key of the tenant.
+    services.api_key_issue(tenant=acme, role="agent", holder="bob@acme.example")
     return services.api_key_issue(tenant=acme, role="approver", holder="alice@acme.example")[0]
 
 
@@ -81,8 +83,9 @@ def test_a_revocation_is_recorded_once_and_ends_the_lease(acme: Tenant, approver
         ({"requested_by": "alice@acme.example"}, "cannot also approve it"),
         ({"expires_at": timezone.now() - timedelta(seconds=1)}, "in the future"),
         ({"case_id": ""}, "case_id"),
-        ({"limits": {"amount_cents": -1}}, "non-negative integer"),
-        ({"limits": {"amount_cents": 20.5}}, "non-negative integer"),
+        ({"limits": {"amount_cents": -1}}, "positive integer"),
+        ({"limits": {"amount_cents": 0}}, "positive integer"),
+        ({"limits": {"amount_cents": 20.5}}, "positive integer"),
         ({"payload_hash": "ABC"}, "64 lowercase hex"),
     ],
 )

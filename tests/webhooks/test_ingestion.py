@@ -140,7 +140,7 @@ def test_another_tenants_effect_is_never_touched(acme: Tenant, globex: Tenant) -
 def test_an_attestation_settles_through_the_api(acme: Tenant, globex: Tenant) -> None:
     register(acme, "ledger-sync", evidence_window=INSTANT)
     effect_id = dispatched(acme, "ledger-sync", "case-1")
-    service = client_for(acme, "service", "erp")
+    service = client_for(acme, "service", "erp", targets=["ledger-sync"])
     answer = service.post(
         "/v1/attestations",
         {"effect_id": effect_id, "performed": True, "reference": "doc_7"},

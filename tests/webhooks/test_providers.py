@@ -16,7 +16,13 @@ from testkit.webhook_signing import (
     stripe_refund_event,
 )
 from webhooks import providers
-from webhooks.providers import NOT_PERFORMED, OTHER, PERFORMED, VerificationFailed
+from webhooks.providers import (
+    NOT_PERFORMED,
+    OTHER,
+    PERFORMED,
+    EventUnreadable,
+    VerificationFailed,
+)
 
 PROVIDERS = ["stripe", "resend", "standard"]
 
@@ -55,8 +61,6 @@ def test_every_tampering_fails_verification(provider: str) -> None:
         "not utf-8": (b"\xff\xfe" + body, good),
         "no headers": (body, {}),
     }
-    if provider == "stripe":
-        del cases["future timestamp"]  # Stripe's library only refuses timestamps too old
     for why, (sent, headers) in cases.items():
         with pytest.raises(VerificationFailed):
             providers.PROVIDERS[provider].verify(sent, headers, [secret])
@@ -65,10 +69,10 @@ def test_every_tampering_fails_verification(provider: str) -> None:
         providers.PROVIDERS[provider].verify(body, good, [])
 
 
-def test_a_signed_body_that_is_not_json_fails_as_verification() -> None:
+def test_a_signed_body_that_is_not_json_is_unreadable_not_verified() -> None:
     secret = new_secret("stripe")
     body = b"not json at all"
-    with pytest.raises(VerificationFailed):
+    with pytest.raises(EventUnreadable, match="not JSON"):
         providers.PROVIDERS["stripe"].verify(body, sign("stripe", body, secret), [secret])
 
 

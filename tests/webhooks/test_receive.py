@@ -1,5 +1,6 @@
-"""POST /webhooks/<endpoint id>/: the raw body verified, every request stored as it came, a bad
-signature a 400 that becomes no evidence, a replayed event id a 2xx that adds nothing."""
+"""POST /webhooks/<endpoint id>/: the raw body verified, every verified event stored as it came,
+a bad signature a 400 that becomes no evidence (quarantined, not stored), a replayed event id a
+2xx that adds nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from notary.models import Tenant
 from testkit.factories import dispatched, register
 from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
 from webhooks import services
-from webhooks.models import Endpoint, Ingestion, RawEvent
+from webhooks.models import Endpoint, Ingestion, RawEvent, UnverifiedRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -71,7 +72,7 @@ def test_a_replayed_event_answers_2xx_and_adds_nothing(
     assert RawEvent.objects.filter(verified=True).count() == 1
 
 
-def test_a_bad_signature_is_a_400_stored_as_unverified_and_claims_no_id(
+def test_a_bad_signature_is_a_400_quarantined_and_claims_no_id(
     endpoint: tuple[Endpoint, str],
 ) -> None:
     made, secret = endpoint
@@ -80,7 +81,8 @@ def test_a_bad_signature_is_a_400_stored_as_unverified_and_claims_no_id(
     forged = post(made, body, signed_headers("stripe", body, new_secret("stripe")))
     assert forged.status_code == 400
     assert forged.json()["error"] == "signature"
-    assert RawEvent.objects.get().verified is False
+    assert not RawEvent.objects.exists()  # the append-only table takes verified events only
+    assert UnverifiedRequest.objects.get(endpoint=made).reason == "signature"
     assert not Ingestion.objects.exists()
     real = post(made, body, signed_headers("stripe", body, secret))  # the same id, now signed
     assert real.status_code == 200
@@ -95,7 +97,10 @@ def test_unknown_endpoints_wrong_methods_and_oversized_bodies_are_refused(
     body = body_of(stripe_refund_event(None))
     assert post(made, body, signed_headers("stripe", body, secret)).status_code == 413
     client = Client()
-    assert client.get(f"/webhooks/{made.public_id}/").status_code == 405
+    wrong_method = client.get(f"/webhooks/{made.public_id}/")
+    assert wrong_method.status_code == 405
+    assert wrong_method["Allow"] == "POST"
+    assert set(wrong_method.json()) == {"error", "detail"}
     assert client.post("/webhooks/not-a-uuid/", data=b"{}", content_type="x").status_code == 404
     assert (
         client.post(
