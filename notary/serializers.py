@@ -7,14 +7,92 @@ import math
 from datetime import timedelta
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from gate_client.protocol import AGENT_VERDICT_KINDS
+from gate_client.protocol import AGENT_VERDICT_KINDS, COMMITTED_STATES
+from ledger.api.schema import ErrorOutput
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
 from ledger.core.entries import Entry as LedgerEntry
 from notary.models import Effect, Lease, LeaseRequest, Target
-from notary.services import MAX_PREMISE_NAME, MAX_PREMISES
+from notary.services import (
+    MAX_ACTION,
+    MAX_CASE_ID,
+    MAX_FAILURE_CODE,
+    MAX_LEASE_ID,
+    MAX_LIMIT_NAME,
+    MAX_LIMITS,
+    MAX_PREMISE_NAME,
+    MAX_PREMISES,
+    MAX_RESULT_REF,
+    MAX_TARGET_NAME,
+)
+
+# What the ids and names the ledger stores may hold: no control character (PostgreSQL text
+# holds no NUL); the services refuse one too.
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+PAYLOAD_HASH = r"^[0-9a-f]{64}$"  # SHA-256 of the canonical payload, lowercase hex
+HASH_MESSAGE = "payload_hash must be 64 lowercase hex digits (SHA-256)"
+TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TARGET_NAME
+
+
+# JSON bodies are typed: a field the schema declares a string, integer, number or boolean takes
+# only that JSON type, not DRF's coercions ("1" as 1, 1 as "1", "yes" as true), so what the
+# schema refuses the API refuses too. (Query parameters, always strings, keep DRF's fields.)
+
+
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictRegexField(serializers.RegexField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictURLField(serializers.URLField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool | str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool | str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+def text(max_length: int, **kwargs: Any) -> StrictRegexField:
+    """An id or name the ledger stores: a non-empty JSON string of at most `max_length`
+    characters, no control character."""
+    return StrictRegexField(
+        PRINTABLE,
+        max_length=max_length,
+        error_messages={"invalid": "a string with no control character"},
+        **kwargs,
+    )
 
 
 def bounded_depth(value: Any) -> None:
@@ -25,38 +103,59 @@ def bounded_depth(value: Any) -> None:
         raise serializers.ValidationError(str(exc)) from exc
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "maxProperties": MAX_LIMITS,
+        "additionalProperties": {"type": "integer", "minimum": 1, "maximum": MAX_SAFE_INTEGER},
+        "description": f"payload field name (1-{MAX_LIMIT_NAME} characters, no control "
+        f"character) to its maximum, a positive integer of at most 2^53 - 1; at most "
+        f"{MAX_LIMITS} of them. A payload's amount under it must be from 1 to the maximum.",
+    }
+)
 class LimitsField(serializers.DictField):
     """Numeric payload fields and their maxima: amounts, so positive integers that a double
     holds exactly (the ledger's canonical JSON); the names are checked by the service."""
 
-    child = serializers.IntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
+    child = StrictIntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
 
 
 class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
     """What an agent asks for; the requester is its key's holder."""
 
-    case_id = serializers.CharField(max_length=200)
-    action = serializers.CharField(max_length=100)
-    expires_at = serializers.DateTimeField()
+    case_id = text(MAX_CASE_ID)
+    action = text(MAX_ACTION)
+    expires_at = serializers.DateTimeField(help_text="in the future")
     limits = LimitsField(required=False)
-    payload_hash = serializers.CharField(max_length=64, required=False, allow_null=True)
+    payload_hash = StrictRegexField(
+        PAYLOAD_HASH,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": HASH_MESSAGE},
+        help_text="pin the lease to this exact payload (SHA-256 of its canonical JSON)",
+    )
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
     """Either `request_id` alone (grant that request on its terms), or the terms with
-    `requested_by`, the holder of an agent key of the tenant."""
+    `requested_by`, the holder of an agent key of the tenant: `case_id`, `action`, `expires_at`
+    and `requested_by` are then required."""
 
-    request_id = serializers.CharField(
-        max_length=40, required=False, help_text="a lease request, granted on its own terms"
-    )
-    case_id = serializers.CharField(max_length=200, required=False)
-    action = serializers.CharField(max_length=100, required=False)
-    expires_at = serializers.DateTimeField(required=False)
-    requested_by = serializers.CharField(
+    request_id = text(40, required=False, help_text="a lease request, granted on its own terms")
+    case_id = text(MAX_CASE_ID, required=False)
+    action = text(MAX_ACTION, required=False)
+    expires_at = serializers.DateTimeField(required=False, help_text="in the future")
+    requested_by = StrictCharField(
         max_length=200, required=False, help_text="the holder of an agent key of this tenant"
     )
     limits = LimitsField(required=False)
-    payload_hash = serializers.CharField(max_length=64, required=False, allow_null=True)
+    payload_hash = StrictRegexField(
+        PAYLOAD_HASH,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": HASH_MESSAGE},
+        help_text="pin the lease to this exact payload (SHA-256 of its canonical JSON)",
+    )
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if "request_id" in data:
@@ -94,21 +193,46 @@ class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         return request.lease.lease_id if request.lease is not None else None
 
 
+_MAX_WINDOW_SECONDS = 10 * 365 * 24 * 3600
+
+
+@extend_schema_field(
+    {
+        "type": "number",
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": _MAX_WINDOW_SECONDS,
+        "description": "seconds: positive, at most 10 years",
+    }
+)
+class WindowSeconds(StrictFloatField):
+    """A target's window, in seconds: positive (refused by the service), at most 10 years."""
+
+
 class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
     """A target's declaration; the windows in seconds. Claims that contradict each other are
     refused by the service, not stored."""
 
-    name = serializers.CharField(max_length=63)
-    tier = serializers.IntegerField()
-    queryable = serializers.BooleanField()
-    max_inflight_seconds = serializers.FloatField(
-        help_text="the longest a request may still be in flight"
+    name = StrictRegexField(
+        TARGET_NAME,
+        max_length=MAX_TARGET_NAME,
+        help_text="1-63 of a-z, 0-9, '_' and '-'",
+        error_messages={"invalid": "target name: 1-63 of a-z, 0-9, '_' and '-'"},
     )
-    key_window_seconds = serializers.FloatField(required=False, allow_null=True, default=None)
-    evidence_window_seconds = serializers.FloatField(required=False, allow_null=True, default=None)
-    attests_before_acting = serializers.BooleanField(required=False, default=False)
-    lookup_needs_key = serializers.BooleanField(required=False, default=False)
-    lookup_url = serializers.URLField(required=False, default="", allow_blank=True)
+    tier = StrictIntegerField(
+        min_value=1, max_value=3, help_text="1: dedupes on a key; 2: can be looked up; 3: neither"
+    )
+    queryable = StrictBooleanField(help_text="tier 2 must be")
+    max_inflight_seconds = WindowSeconds(help_text="the longest a request may still be in flight")
+    key_window_seconds = WindowSeconds(
+        required=False, allow_null=True, default=None, help_text="tier 1 only"
+    )
+    evidence_window_seconds = WindowSeconds(required=False, allow_null=True, default=None)
+    attests_before_acting = StrictBooleanField(required=False, default=False)
+    lookup_needs_key = StrictBooleanField(
+        required=False, default=False, help_text="for a queryable target with a key window"
+    )
+    lookup_url = StrictURLField(required=False, default="", allow_blank=True, max_length=200)
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         """Seconds in, durations out, as the service takes them."""
@@ -121,9 +245,6 @@ class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
                 raise serializers.ValidationError({f"{name}_seconds": "at most 10 years"})
             windows[name] = timedelta(seconds=seconds) if seconds is not None else None
         return {**data, **windows}
-
-
-_MAX_WINDOW_SECONDS = 10 * 365 * 24 * 3600
 
 
 class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -158,7 +279,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class LeaseRevokeInput(serializers.Serializer):  # type: ignore[type-arg]
-    reason = serializers.CharField(max_length=500)
+    reason = StrictCharField(max_length=500)
 
 
 class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -181,9 +302,11 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class PremiseInput(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=MAX_PREMISE_NAME)
-    holds = serializers.BooleanField()
-    observed = serializers.JSONField(allow_null=True, validators=[bounded_depth])
+    name = text(MAX_PREMISE_NAME)
+    holds = StrictBooleanField()
+    observed = serializers.JSONField(
+        allow_null=True, validators=[bounded_depth], help_text="any JSON value"
+    )
 
 
 class FirstDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -194,9 +317,43 @@ class FirstDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
+class ProposedPremise(PremiseInput):
+    """A premise as a proposal records it: exactly these keys."""
+
+    class Meta:
+        closed = True
+
+
+class ProposalShape(serializers.Serializer):  # type: ignore[type-arg]
+    """The PROPOSED entry's body, as the gate writes it: exactly these keys. Only its shape is
+    documented here; the notary checks it (notary.services._check_proposal) and stores it as
+    given: `tenant` is the key's tenant, `target` one of its targets, the effect id is the one of
+    this case, target and action, and `payload_hash` the SHA-256 of the canonical `payload`."""
+
+    case_id = text(MAX_CASE_ID)
+    target = text(MAX_TARGET_NAME)
+    action = text(MAX_ACTION)
+    tenant = text(MAX_TARGET_NAME, help_text="the key's tenant (its slug)")
+    lease_id = text(MAX_LEASE_ID)
+    payload = serializers.DictField(help_text="a JSON object with a canonical JSON form")
+    payload_hash = StrictRegexField(PAYLOAD_HASH, error_messages={"invalid": HASH_MESSAGE})
+    premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ProposedPremise(), max_length=MAX_PREMISES
+    )
+
+    class Meta:
+        closed = True  # a proposal has exactly these keys
+
+
+@extend_schema_field(ProposalShape)
+class ProposalField(serializers.DictField):
+    """Read as the JSON object it is (the ledger keeps it byte for byte); the schema shows its
+    shape."""
+
+
 class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
-    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
-    proposal = serializers.DictField(
+    effect_id = text(MAX_EFFECT_ID_LENGTH)
+    proposal = ProposalField(
         help_text="The PROPOSED entry's body, as the gate writes it", validators=[bounded_depth]
     )
     dispatch = FirstDispatchInput(
@@ -206,16 +363,45 @@ class EffectProposeInput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class EffectDispatchInput(serializers.Serializer):  # type: ignore[type-arg]
-    attempt = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
-        child=PremiseInput(), max_length=MAX_PREMISES
+    attempt = StrictIntegerField(
+        min_value=1, max_value=1_000_000, help_text="the last recorded attempt + 1 (else 409)"
     )
-    recovery = serializers.BooleanField(default=False)
+    premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=PremiseInput(), max_length=MAX_PREMISES, help_text="every one must hold"
+    )
+    recovery = StrictBooleanField(default=False)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {},
+        "properties": {
+            "attempt": {"type": "integer"},
+            "result_ref": {"type": "string", "maxLength": MAX_RESULT_REF, "pattern": PRINTABLE},
+            "code": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_FAILURE_CODE,
+                "pattern": PRINTABLE,
+            },
+        },
+        "description": "Whatever the kind: `attempt` an integer, `result_ref` and `code` text "
+        "that fits the effect's columns. By kind: COMMITTED needs `state` (one of "
+        + ", ".join(sorted(COMMITTED_STATES))
+        + "), `attempt` and `result_ref`; FAILED `attempt` and `code`; REFUSED a `reason` of "
+        "the protocol's. What only the notary writes (`by`, a COMMITTED_ON_EVIDENCE, evidence "
+        "of another effect) is a 400. A verdict that already stands is answered 200 (recorded: "
+        "false) as it stands.",
+    }
+)
+class OutcomeBodyField(serializers.DictField):
+    pass
 
 
 class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
     kind = serializers.ChoiceField(choices=sorted(AGENT_VERDICT_KINDS))
-    body = serializers.DictField(validators=[bounded_depth])
+    body = OutcomeBodyField(validators=[bounded_depth])
 
 
 class EntryOutput(serializers.Serializer):  # type: ignore[type-arg]
@@ -302,11 +488,17 @@ class ReceiptOutput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class LimitInput(serializers.Serializer):  # type: ignore[type-arg]
-    limit = serializers.IntegerField(min_value=1, max_value=10_000, default=1000)
+    limit = serializers.IntegerField(
+        min_value=1, max_value=10_000, default=1000, help_text="at most this many"
+    )
 
 
 class ReceiptQueryInput(serializers.Serializer):  # type: ignore[type-arg]
-    payload_hash = serializers.RegexField(r"^[0-9a-f]{64}$", required=False)
+    payload_hash = serializers.RegexField(
+        PAYLOAD_HASH,
+        required=False,
+        help_text="the receipt of a refused re-decided payload, by its payload_hash",
+    )
 
 
 class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
@@ -318,15 +510,15 @@ class WhoAmIOutput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class AttestationInput(serializers.Serializer):  # type: ignore[type-arg]
-    effect_id = serializers.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    effect_id = text(MAX_EFFECT_ID_LENGTH)
     stage = serializers.ChoiceField(
         choices=["before_acting", "performed", "not_performed"],
         required=False,
         help_text="before_acting: the write-ahead attestation, acknowledged (201) or refused "
         "(409) before the service may act; default: from `performed`",
     )
-    performed = serializers.BooleanField(
-        required=False, help_text="true: the service did it; false: it did not"
+    performed = StrictBooleanField(
+        required=False, help_text="true: the service did it; false: it did not (give it or stage)"
     )
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -340,8 +532,8 @@ class AttestationInput(serializers.Serializer):  # type: ignore[type-arg]
             raise serializers.ValidationError("stage and performed disagree")
         return {**data, "stage": stage}
 
-    reference = serializers.CharField(max_length=255, required=False, default="")
-    detail = serializers.CharField(max_length=2000, required=False, default="")
+    reference = StrictCharField(max_length=255, required=False, default="")
+    detail = StrictCharField(max_length=2000, required=False, default="")
 
 
 class AttestationOutput(serializers.Serializer):  # type: ignore[type-arg]
@@ -370,3 +562,18 @@ class ExportQueryInput(serializers.Serializer):  # type: ignore[type-arg]
         """`from` is a Python keyword: read it into from_."""
         renamed = {("from_" if key == "from" else key): value for key, value in data.items()}
         return super().to_internal_value(renamed)
+
+
+class ConflictOutput(ErrorOutput):
+    """A 409: well-formed, but the ledger's state refuses it now; nothing was written. Some
+    carry what the caller needs next."""
+
+    current = serializers.IntegerField(
+        required=False, help_text="attempt_taken, already_settled: the last recorded attempt"
+    )
+    reason = serializers.CharField(
+        required=False, help_text="lease_refused: lease_expired, lease_revoked, lease_scope, ..."
+    )
+    lease_id = serializers.CharField(
+        required=False, help_text="already_granted: the lease the request was granted as"
+    )

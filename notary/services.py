@@ -541,6 +541,7 @@ def effect_propose(
     effect_id: str,
     proposal: Mapping[str, Any],
     dispatch_premises: Sequence[Mapping[str, Any]] | None = None,
+    dispatcher: ApiKey | None = None,
 ) -> Proposed:
     """Record PROPOSED unless the effect has one. Under the log lock, so two agents proposing
     at once agree on which payload stands.
@@ -567,7 +568,14 @@ def effect_propose(
         try:
             items.append(
                 _checked_dispatch(
-                    tenant, effect_id, standing_proposal, 1, dispatch_premises, False, now
+                    tenant,
+                    effect_id,
+                    standing_proposal,
+                    1,
+                    dispatch_premises,
+                    False,
+                    now,
+                    dispatcher,
                 )
             )
         except NotaryConflict as refused:
@@ -589,10 +597,12 @@ def effect_dispatch(
     attempt: int,
     premises: Sequence[Mapping[str, Any]],
     recovery: bool,
+    dispatcher: ApiKey | None = None,
 ) -> LedgerEntry:
     """Check the lease and record DISPATCHED attempt `attempt`, in one transaction under the log
     lock and stamped with the instant of the check, so ledger order alone shows whether the
-    lease was live when the effect fired. Scope comes from the PROPOSED entry, not the caller."""
+    lease was live when the effect fired. Scope comes from the PROPOSED entry, not the caller;
+    the agent key dispatching (`dispatcher`, every API call's) must be the requester's."""
     _check_holding(premises)
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
@@ -604,7 +614,9 @@ def effect_dispatch(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
         )
     proposed = _proposed_body(history)
-    item = _checked_dispatch(tenant, effect_id, proposed, attempt, premises, recovery, now)
+    item = _checked_dispatch(
+        tenant, effect_id, proposed, attempt, premises, recovery, now, dispatcher
+    )
     [row] = append_entries(log=tenant.log, items=[item], created_at=now)
     entry = row.as_ledger_entry()
     _project_effect(tenant=tenant, history=[*history, entry])
@@ -619,11 +631,16 @@ def _checked_dispatch(
     premises: Sequence[Mapping[str, Any]],
     recovery: bool,
     now: datetime,
+    dispatcher: ApiKey | None,
 ) -> NewEntry:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
-    log lock and stamps the entry with `now`); else NotaryConflict lease_refused."""
+    log lock and stamps the entry with `now`) and `dispatcher` holds it; else NotaryConflict
+    lease_refused."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
-    refusal = request.lease_refusal(_lease_state(tenant, proposed["lease_id"]), now=now)
+    lease = Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"]).first()
+    refusal = request.lease_refusal(_lease_state(lease), now=now) or _requester_refusal(
+        lease, dispatcher
+    )
     if refusal is not None:
         raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
     return NewEntry(kind=EntryKind.DISPATCHED, body=request.entry_body(), effect_id=effect_id)
@@ -852,10 +869,20 @@ def _proposed_body(history: Sequence[LedgerEntry]) -> dict[str, Any]:
     return body
 
 
-def _lease_state(tenant: Tenant, lease_id: str) -> LeaseState | None:
+def _requester_refusal(lease: Lease | None, dispatcher: ApiKey | None) -> tuple[str, str] | None:
+    """A lease is granted to whoever requested it: an agent key of another holder does not
+    dispatch under it (notary.identities compares holders as a reader would)."""
+    if lease is None or dispatcher is None or same_holder(lease.requested_by, dispatcher.holder):
+        return None
+    return (
+        "lease_scope",
+        f"the lease was requested by {lease.requested_by}, not {dispatcher.holder}",
+    )
+
+
+def _lease_state(lease: Lease | None) -> LeaseState | None:
     """The lease as its ledger entries leave it. The Lease row is written with them, in the same
     transaction under the same lock, so under the lock the row is the ledger's state."""
-    lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
     if lease is None:
         return None
     terms = LeaseTerms(

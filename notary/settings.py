@@ -125,14 +125,14 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notary.authentication.BearerApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "notary.exceptions.api_exception_handler",
-    # JSON nested past ledger.core.canonical.MAX_DEPTH, or holding a lone surrogate, is a 400.
-    "DEFAULT_PARSER_CLASSES": [
-        "notary.parsers.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # JSON bodies only (nothing here takes files or forms, whose parts Django would spool to
+    # disk past the body limit); JSON nested past ledger.core.canonical.MAX_DEPTH, or holding a
+    # lone surrogate, is a 400; any other media type a 415.
+    "DEFAULT_PARSER_CLASSES": ["notary.parsers.BoundedJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, adding the refusals every operation of a kind answers (401, 413, ...).
+    "DEFAULT_SCHEMA_CLASS": "notary.schema.AutoSchema",
 }
 
 # The ledger's API (ledger.api) serves any log and knows no tenants: this names the function
@@ -152,6 +152,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The webhook receiver is a plain Django view: its path is added to the schema here.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "notary.schema.add_webhook_receiver",
+    ],
 }
 
 # Celery: with no REDIS_URL the embedded mode runs every task inline.

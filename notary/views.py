@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ledger.api.schema import error_response
 from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
 from notary.exports import export_receipts
@@ -19,6 +20,7 @@ from notary.models import Role
 from notary.serializers import (
     AttestationInput,
     AttestationOutput,
+    ConflictOutput,
     EffectDetailOutput,
     EffectDispatchInput,
     EffectOutcomeInput,
@@ -40,6 +42,42 @@ from notary.serializers import (
     TargetInput,
     TargetOutput,
     WhoAmIOutput,
+)
+
+# The refusals particular to an operation; those of its kind (401, 403 by role, 400/413/415 for
+# a body, 404 for a path's record, 429) come from notary.schema.AutoSchema.
+GRANT_FORBIDDEN = error_response(
+    "`permission_denied` (not a role that may), or `beyond_policy`: the lease is past the "
+    "tenant's policy (its longest duration, its largest amount)"
+)
+REQUEST_NOT_FOUND = error_response("`not_found`: no such lease request for this tenant")
+ALREADY_GRANTED = error_response(
+    "`already_granted`: the request was granted already (`lease_id` names the lease)",
+    ConflictOutput,
+)
+DISPATCH_CONFLICT = error_response(
+    "`attempt_taken` (another process recorded this attempt; `current` is the last recorded), "
+    "`already_settled` (the effect has a verdict; `current`), or `lease_refused` (the lease "
+    "does not cover it now; `reason` says how)",
+    ConflictOutput,
+)
+OUTCOME_CONFLICT = error_response(
+    "`evidence_arrived`: evidence settled the effect while the agent waited; read it",
+    ConflictOutput,
+)
+ATTESTATION_FORBIDDEN = error_response(
+    "`permission_denied`: not a service key, or the effect's target is outside the key's scope"
+)
+ATTESTATION_CONFLICT = error_response(
+    "`not_acknowledged`: a write-ahead attestation refused; the service must not act",
+    ConflictOutput,
+)
+ATTESTATION_NOT_FOUND = error_response("`not_found`: no such effect for this tenant")
+NO_CHECKPOINT = error_response(
+    "`no_checkpoint`: the tenant's log has no signed checkpoint yet", ConflictOutput
+)
+RECEIPT_NOT_FOUND = error_response(
+    "`not_found`: no such effect, or no refused re-decided payload with this `payload_hash`"
 )
 
 
@@ -69,7 +107,15 @@ class WhoAmIView(APIView):
 class LeaseGrantView(APIView):
     permission_classes = [role_required(Role.APPROVER)]
 
-    @extend_schema(request=LeaseGrantInput, responses={201: LeaseOutput})
+    @extend_schema(
+        request=LeaseGrantInput,
+        responses={
+            201: LeaseOutput,
+            403: GRANT_FORBIDDEN,
+            404: REQUEST_NOT_FOUND,
+            409: ALREADY_GRANTED,
+        },
+    )
     def post(self, request: Request) -> Response:
         given = LeaseGrantInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -173,6 +219,7 @@ class EffectProposeView(APIView):
             effect_id=given.validated_data["effect_id"],
             proposal=given.validated_data["proposal"],
             dispatch_premises=dispatch["premises"] if dispatch is not None else None,
+            dispatcher=_principal(request).api_key,
         )
         refusal = proposed.refusal
         body = {
@@ -192,12 +239,9 @@ class EffectProposeView(APIView):
 class EffectUnsettledView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(
-        parameters=[OpenApiParameter("limit", int, description="at most this many (1-10000)")],
-        responses=EffectOutput(many=True),
-    )
+    @extend_schema(parameters=[LimitInput], responses=EffectOutput(many=True))
     def get(self, request: Request) -> Response:
-        given = LimitInput(data=request.query_params)
+        given = LimitInput(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
         effects = selectors.unsettled_effects(
             tenant=_principal(request).tenant, limit=given.validated_data["limit"]
@@ -220,12 +264,18 @@ class EffectDetailView(APIView):
 class EffectDispatchView(APIView):
     permission_classes = [role_required(Role.AGENT)]
 
-    @extend_schema(request=EffectDispatchInput, responses={201: EntryOutput})
+    @extend_schema(
+        request=EffectDispatchInput, responses={201: EntryOutput, 409: DISPATCH_CONFLICT}
+    )
     def post(self, request: Request, effect_id: str) -> Response:
         given = EffectDispatchInput(data=request.data)
         given.is_valid(raise_exception=True)
+        principal = _principal(request)
         entry = services.effect_dispatch(
-            tenant=_principal(request).tenant, effect_id=effect_id, **given.validated_data
+            tenant=principal.tenant,
+            effect_id=effect_id,
+            dispatcher=principal.api_key,
+            **given.validated_data,
         )
         return Response(EntryOutput(entry).data, status=201)
 
@@ -234,7 +284,12 @@ class EffectOutcomeView(APIView):
     permission_classes = [role_required(Role.AGENT)]
 
     @extend_schema(
-        request=EffectOutcomeInput, responses={200: RecordedEntryOutput, 201: RecordedEntryOutput}
+        request=EffectOutcomeInput,
+        responses={
+            200: RecordedEntryOutput,
+            201: RecordedEntryOutput,
+            409: OUTCOME_CONFLICT,
+        },
     )
     def post(self, request: Request, effect_id: str) -> Response:
         given = EffectOutcomeInput(data=request.data)
@@ -254,15 +309,10 @@ class EffectReceiptView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "payload_hash", str, description="the receipt of a refused re-decided payload"
-            )
-        ],
-        responses=ReceiptOutput,
+        parameters=[ReceiptQueryInput], responses={200: ReceiptOutput, 404: RECEIPT_NOT_FOUND}
     )
     def get(self, request: Request, effect_id: str) -> Response:
-        given = ReceiptQueryInput(data=request.query_params)
+        given = ReceiptQueryInput(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
         proved = selectors.effect_receipt(
             tenant=_principal(request).tenant,
@@ -281,7 +331,15 @@ class EffectReceiptView(APIView):
 class AttestationView(APIView):
     permission_classes = [role_required(Role.SERVICE)]
 
-    @extend_schema(request=AttestationInput, responses={201: AttestationOutput})
+    @extend_schema(
+        request=AttestationInput,
+        responses={
+            201: AttestationOutput,
+            403: ATTESTATION_FORBIDDEN,
+            404: ATTESTATION_NOT_FOUND,
+            409: ATTESTATION_CONFLICT,
+        },
+    )
     def post(self, request: Request) -> Response:
         given = AttestationInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -311,13 +369,20 @@ class ExportReceiptsView(APIView):
         parameters=[
             OpenApiParameter("from", OpenApiTypes.DATETIME, description="proposed at or after"),
             OpenApiParameter("to", OpenApiTypes.DATETIME, description="proposed before"),
-            OpenApiParameter("state", str, description="final state, or a prefix ending in *"),
+            OpenApiParameter(
+                "state",
+                {"type": "string", "maxLength": 100},
+                description="final state, or a prefix ending in *",
+            ),
         ],
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+        responses={
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            409: NO_CHECKPOINT,
+        },
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         """The tenant's receipts as an interlock-receipts-export/v1 stream (JSON Lines)."""
-        given = ExportQueryInput(data=request.query_params)
+        given = ExportQueryInput(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
         lines = export_receipts(
             tenant=_principal(request).tenant,

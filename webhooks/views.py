@@ -90,3 +90,101 @@ def _read_at_most(stream: Any, size: int, *, keep: bool = True) -> bytes:
 
 def _error(status: int, code: str, detail: str) -> JsonResponse:
     return JsonResponse({"error": code, "detail": detail}, status=status)
+
+
+# The receiver in the API's OpenAPI schema (added by notary.schema.add_webhook_receiver: this is
+# a plain Django view, which drf-spectacular does not see). Other methods are a 405.
+OPENAPI_PATH = "/webhooks/{endpoint_id}/"
+_ERROR = {"$ref": "#/components/schemas/ErrorOutput"}
+
+
+def openapi_path_item() -> dict[str, Any]:
+    limit = settings.WEBHOOK_MAX_BODY_BYTES
+
+    def error(description: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "description": description,
+            "content": {"application/json": {"schema": _ERROR}},
+            **extra,
+        }
+
+    return {
+        "post": {
+            "operationId": "webhooks_receive",
+            "summary": "A provider's signed webhook delivery",
+            "description": (
+                "The raw body, signed the provider's way over its exact bytes: Stripe's "
+                "`Stripe-Signature`; Resend's `svix-id`, `svix-timestamp`, `svix-signature`; "
+                "Standard Webhooks' `webhook-id`, `webhook-timestamp`, `webhook-signature`. A "
+                "verified event is stored as it came and ingested as evidence afterwards; a "
+                "replayed event id is a 200 that adds nothing. The event id is the body's "
+                "`id` for Stripe, the id header for the others."
+            ),
+            "tags": ["webhooks"],
+            "security": [],
+            "parameters": [
+                {
+                    "name": "endpoint_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                    "description": "the endpoint's public id, as the provider was given it",
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": {},
+                            "description": (
+                                f"the provider's event, a JSON object of at most {limit} bytes "
+                                "nested no deeper than 64 arrays and objects"
+                            ),
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "a verified event, stored (or a replay of one)",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "received": {
+                                        "type": "string",
+                                        "description": "the provider's event id",
+                                    },
+                                    "duplicate": {
+                                        "type": "boolean",
+                                        "description": "true: this event was stored before",
+                                    },
+                                },
+                                "required": ["received", "duplicate"],
+                            }
+                        }
+                    },
+                },
+                "400": error(
+                    "`signature` (no active secret verifies it), `invalid_event` (signed, but "
+                    "not a JSON object with a usable event id, or nested too deep) or `invalid` "
+                    "(an unreadable body or Content-Length); quarantined, never evidence"
+                ),
+                "404": error("`not_found`: no such webhook endpoint"),
+                "413": error(f"`too_large`: the body is over {limit} bytes; not kept"),
+                "429": error(
+                    "`rate_limited`: too many requests to this endpoint this minute were not "
+                    "verified events; the rest of the minute's are refused and not kept",
+                    headers={
+                        "Retry-After": {
+                            "schema": {"type": "integer"},
+                            "description": "seconds until the endpoint takes them again",
+                        }
+                    },
+                ),
+            },
+        }
+    }

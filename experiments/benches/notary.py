@@ -281,9 +281,11 @@ class Setup:
         from testkit.factories import token_for
 
         token = token_for(tenant, "agent", holder)
-        return Agent(tenant.slug, token, self.cases(tenant, prefix, count))
+        return Agent(tenant.slug, token, self.cases(tenant, holder, prefix, count))
 
-    def cases(self, tenant: Tenant, prefix: str, count: int) -> tuple[Case, ...]:
+    def cases(self, tenant: Tenant, holder: str, prefix: str, count: int) -> tuple[Case, ...]:
+        """Leases for `count` cases, requested under `holder`'s agent key: only the requester
+        dispatches under a lease."""
         from testkit.factories import leased
 
         granted = []
@@ -293,7 +295,7 @@ class Setup:
                 tenant,
                 case_id,
                 ACTION,
-                requested_by="support-agent",
+                requested_by=holder,
                 approver=self.approvers[tenant.slug],
                 expires_at=self.expires,
             )
@@ -308,8 +310,10 @@ def prepare(sizes: Sizes) -> Plan:
     try:
         latency = setup.tenant("latency", "latency: one agent")
         one = setup.agent(latency, "bench-agent", "warmup", sizes.warmup)
-        latency_cases = setup.cases(latency, "latency", sizes.effects)
-        profile = setup.cases(latency, "profile", sizes.warmup + sizes.profile_effects)
+        latency_cases = setup.cases(latency, "bench-agent", "latency", sizes.effects)
+        profile = setup.cases(
+            latency, "bench-agent", "profile", sizes.warmup + sizes.profile_effects
+        )
         shared_tenant = setup.tenant("shared", "throughput: every agent in one tenant")
         shared = tuple(
             setup.agent(shared_tenant, f"bench-agent-{a}", f"shared-{a}", sizes.per_agent)

@@ -27,7 +27,9 @@ class CheckpointOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class InclusionProofQuery(serializers.Serializer):  # type: ignore[type-arg]
-    index = serializers.IntegerField(min_value=0, max_value=MAX_TREE_SIZE - 1)
+    index = serializers.IntegerField(
+        min_value=0, max_value=MAX_TREE_SIZE - 1, help_text="the entry's seq; less than size"
+    )
     size = serializers.IntegerField(
         min_value=1,
         max_value=MAX_TREE_SIZE,
@@ -42,8 +44,12 @@ class InclusionProofQuery(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ConsistencyProofQuery(serializers.Serializer):  # type: ignore[type-arg]
-    old = serializers.IntegerField(min_value=1, max_value=MAX_TREE_SIZE)
-    new = serializers.IntegerField(min_value=1, max_value=MAX_TREE_SIZE)
+    old = serializers.IntegerField(
+        min_value=1, max_value=MAX_TREE_SIZE, help_text="the older size; at most new"
+    )
+    new = serializers.IntegerField(
+        min_value=1, max_value=MAX_TREE_SIZE, help_text="the newer size; at least old"
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["old"] > attrs["new"]:

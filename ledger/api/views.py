@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import selectors
+from ledger.api.schema import error_response
 from ledger.api.serializers import (
     CheckpointOutput,
     ConsistencyProofOutput,
@@ -29,6 +30,13 @@ from ledger.api.serializers import (
     SigningKeyOutput,
 )
 from ledger.models import Log
+
+# Refusals of an authenticated caller (401, 429) and of a query (400) are added by the
+# project's schema class (settings' DEFAULT_SCHEMA_CLASS); these are the ledger's own.
+NO_CHECKPOINT = error_response("`not_found`: the caller's log has no signed checkpoint yet")
+NO_PROOF = error_response(
+    "`not_found`: no signed checkpoint of that size (or none yet), or no such entry in it"
+)
 
 
 def _caller_log(request: Request) -> Log:
@@ -55,7 +63,7 @@ class SigningKeysView(APIView):
 
 
 class LatestCheckpointView(APIView):
-    @extend_schema(responses=CheckpointOutput)
+    @extend_schema(responses={200: CheckpointOutput, 404: NO_CHECKPOINT})
     def get(self, request: Request) -> Response:
         log = _caller_log(request)
         checkpoint = selectors.latest_checkpoint(log=log)
@@ -65,9 +73,14 @@ class LatestCheckpointView(APIView):
 
 
 class InclusionProofView(APIView):
-    @extend_schema(parameters=[InclusionProofQuery], responses=InclusionProofOutput)
+    @extend_schema(
+        parameters=[InclusionProofQuery],
+        responses={200: InclusionProofOutput, 404: NO_PROOF},
+        description="`index` must be less than `size` (the checkpoint's, when `size` is left "
+        "out): else 400 `invalid`.",
+    )
     def get(self, request: Request) -> Response:
-        given = InclusionProofQuery(data=request.query_params)
+        given = InclusionProofQuery(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
         log, index = _caller_log(request), given.validated_data["index"]
         try:
@@ -87,9 +100,14 @@ class InclusionProofView(APIView):
 
 
 class ConsistencyProofView(APIView):
-    @extend_schema(parameters=[ConsistencyProofQuery], responses=ConsistencyProofOutput)
+    @extend_schema(
+        parameters=[ConsistencyProofQuery],
+        responses={200: ConsistencyProofOutput, 404: NO_PROOF},
+        description="`old` must not be greater than `new` (else 400 `invalid`); `new` a size "
+        "the log has reached.",
+    )
     def get(self, request: Request) -> Response:
-        given = ConsistencyProofQuery(data=request.query_params)
+        given = ConsistencyProofQuery(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
         old, new = given.validated_data["old"], given.validated_data["new"]
         try:

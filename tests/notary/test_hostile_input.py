@@ -367,6 +367,20 @@ def test_an_api_body_over_the_upload_limit_is_a_json_413(
     assert not Effect.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "multipart/form-data; boundary=b", "text/plain"],
+)
+def test_the_api_takes_json_bodies_only(world: World, content_type: str) -> None:
+    """A form or multipart body cannot carry a proposal's nested objects, and multipart parts
+    would be spooled to disk past the body limit: any body but JSON is a 415."""
+    before = world.entries()
+    answer = world.agent.post("/v1/effects", "effect_id=e", content_type=content_type)
+    body = assert_refused(world, answer, before, status=415)
+    assert body["error"] == "unsupported_media_type"
+    assert not Effect.objects.exists()
+
+
 # --- every endpoint that writes, fuzzed --------------------------------------------------------
 
 ODD_TEXT = st.sampled_from(

@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from gate_client.proposal import Proposal
 from ledger import selectors as ledger_selectors
 from notary import services
 from notary.errors import NotaryInputError
@@ -218,3 +219,51 @@ def test_a_bad_request_is_a_400_and_stores_nothing(
     assert reply.json()["error"] == "invalid"
     assert field_or_message in str(reply.json()["detail"])
     assert not LeaseRequest.objects.exists()
+
+
+def test_only_the_requesters_keys_dispatch_under_a_lease(acme: Tenant, approver: APIClient) -> None:
+    """The lease is granted to whoever asked: another agent of the tenant may propose the same
+    effect, but its dispatch is refused and nothing is written; a second key of the requester
+    (a rotated key) dispatches."""
+    asked = client_for(acme, "agent", "refund-bot").post(
+        "/v1/lease-requests", terms(), format="json"
+    )
+    granted = approver.post("/v1/leases", {"request_id": asked.json()["request_id"]}, format="json")
+    lease_id = granted.json()["lease_id"]
+    proposal = Proposal(
+        case_id="case_4711",
+        target="refunds",
+        action="refund",
+        payload={"amount_cents": 1500},
+        lease_id=lease_id,
+        tenant=acme.slug,
+    )
+    request = {
+        "effect_id": proposal.effect_id,
+        "proposal": proposal.proposed_body([]),
+        "dispatch": {"premises": []},
+    }
+    services.target_register(
+        tenant=acme, name="refunds", tier=1, queryable=False, max_inflight=timedelta(seconds=1)
+    )
+
+    other = client_for(acme, "agent", "mail-bot").post("/v1/effects", request, format="json")
+    assert other.status_code == 201, other.json()
+    assert other.json()["dispatched"] is None
+    assert other.json()["dispatch_refused"]["reason"] == "lease_scope"
+    assert "requested by refund-bot, not mail-bot" in other.json()["dispatch_refused"]["detail"]
+    before = entries(acme)
+    again = client_for(acme, "agent", "mail-bot").post(
+        f"/v1/effects/{proposal.effect_id}/dispatch",
+        {"attempt": 1, "premises": [], "recovery": False},
+        format="json",
+    )
+    assert again.status_code == 409 and again.json()["reason"] == "lease_scope", again.json()
+    assert entries(acme) == before
+
+    rotated = client_for(acme, "agent", "Refund-Bot").post(
+        f"/v1/effects/{proposal.effect_id}/dispatch",
+        {"attempt": 1, "premises": [], "recovery": False},
+        format="json",
+    )
+    assert rotated.status_code == 201, rotated.json()

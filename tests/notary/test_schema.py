@@ -169,7 +169,12 @@ def fuzz(
 def test_no_operation_answers_with_a_server_error(
     notary: Fixture, schema: Any, raised: list[BaseException]
 ) -> None:
-    operations = [result.ok() for result in schema.get_all_operations()]
+    # The webhook receiver takes no key: test_schema_conformance fuzzes it with signed bodies.
+    operations = [
+        result.ok()
+        for result in schema.get_all_operations()
+        if not result.ok().path.startswith("/webhooks/")
+    ]
     assert len(operations) >= 10, [op.label for op in operations]
     failures: dict[tuple[str, str], str] = {}
     statuses: Counter[tuple[str, int]] = Counter()
