@@ -4,11 +4,15 @@
 
 Four separate verdicts:
 - authenticity: the export's checkpoint is signed by a key the auditor trusts (--vkey, given
-  as many times as the notary has rotated keys), for the log the export names;
+  as many times as the notary has rotated keys), for the log the export names: a key is used
+  under its own name only, which must be the log's origin (`GET /v1/logs/<origin>/vkey`), so
+  one log's key never vouches for another log's export;
 - integrity: every entry's bytes are proved included in that checkpoint's tree, and every
   receipt's fields re-derive from its entries;
 - completeness: the export covers its stated seq range with every entry present exactly once,
-  in order, up to a footer that counts what came before it;
+  in order, up to a footer that counts what came before it, and every effect the filter
+  selects (its state derived from its entries, wherever they are) has its receipt line; what
+  is missing is named (the seqs no line carries, the effect without a receipt);
 - outcomes: how many receipts ended in each final state.
 It exits 0 when the first three hold, and 1 naming the first bad line and receipt otherwise."""
 
@@ -30,7 +34,6 @@ from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
-    log_verifier,
     open_checkpoint,
     parse_tlog_proof,
 )
@@ -80,17 +83,29 @@ def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report
 
 
 def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -> Checkpoint:
-    """The header's checkpoint, signed by a trusted key for the log the export names, also
-    opened by the export's own keys, and covering the whole range the export states."""
+    """The header's checkpoint, signed by a trusted key named after the log the export names,
+    also opened by the export's own keys, and covering the whole range the export states.
+
+    A trusted key is never renamed: the notary signs every log with one key, each under the
+    log's origin, so a key renamed to the export's origin would accept any tenant's export."""
     origin = header["origin"]
-    keys = [log_verifier(origin, key) for key in trusted]
+    given = list(trusted)
+    keys = [key for key in given if key.name == origin]
+    if not keys:
+        names = ", ".join(sorted({key.name for key in given})) or "none"
+        raise Failure(
+            "authenticity",
+            "line 1",
+            f"no trusted key is named {origin!r}, the export's log (trusted: {names}); "
+            "a log's vkey is published at /v1/logs/<origin>/vkey",
+        )
     try:
         checkpoint = open_checkpoint(header["checkpoint"], keys, origin=origin)
     except CheckpointError as exc:
         raise Failure("authenticity", "line 1", str(exc)) from exc
     try:
         # Every key the notary has used is listed; after a rotation only one signed this.
-        own = [log_verifier(origin, parse_vkey(vkey)) for vkey in header["vkeys"]]
+        own = [parse_vkey(vkey) for vkey in header["vkeys"]]
         open_checkpoint(header["checkpoint"], own, origin=origin)
     except (NoteError, CheckpointError, TypeError, KeyError) as exc:
         raise Failure("authenticity", "line 1", f"the export's own vkeys: {exc}") from exc
@@ -112,16 +127,17 @@ def _count_line(record: dict[str, Any], where: str, state: _Walk, report: Report
         state.entry(record, where)
         report.entries += 1
     elif kind == "footer":
-        if (record.get("receipts"), record.get("entries")) != (report.receipts, report.entries):
-            raise Failure("completeness", where, "the footer's counts are not the lines'")
-        state.finished = True
+        state.footer(record, where, (report.receipts, report.entries))
     else:
         raise Failure("integrity", where, f"unknown line type {kind!r}")
 
 
 class _Walk:
     """What has been seen so far: one bit per seq, the copies of lease entries to match with
-    their homes, and the last effect id and seq, which must only grow."""
+    their homes, and the last effect id and seq, which must only grow; the effects with a
+    receipt line, and the entries of the others the filter's time range selects, to derive
+    their states once all are in (with a state filter, an effect left to entry lines must be
+    one whose state the filter refuses)."""
 
     def __init__(self, note: str, checkpoint: Checkpoint, wanted: _Filter) -> None:
         self.note = note
@@ -133,6 +149,9 @@ class _Walk:
         self.last_seq = -1
         self.finished = False
         self.proved = 0
+        self.receipted: set[str] = set()
+        self.loose: dict[str, list[Entry]] = {}
+        self.out_of_time: set[str] = set()
 
     def receipt(self, record: dict[str, Any], where: str) -> str:
         effect_id = record.get("effect_id")
@@ -160,6 +179,7 @@ class _Walk:
         if effect_id <= self.last_effect:
             raise Failure("completeness", where, "receipt lines are not in effect id order")
         self.last_effect = effect_id
+        self.receipted.add(effect_id)
         if stated != derived:
             differing = sorted(
                 k for k in derived if not isinstance(stated, dict) or stated.get(k) != derived[k]
@@ -180,13 +200,84 @@ class _Walk:
                 "completeness", where, f"{entry.effect_id} matches the filter, no receipt"
             )
         self._home(entry, where)
+        if entry.effect_id:
+            self._loose(entry, where)
+
+    def _loose(self, entry: Entry, where: str) -> None:
+        """An effect's entry on an entry line: never one with a receipt line (its receipt would
+        be derived without it), else kept while its effect may match the filter."""
+        effect_id = entry.effect_id
+        if effect_id in self.receipted:
+            raise Failure(
+                "completeness", where, f"an entry of {effect_id}, missing from its receipt line"
+            )
+        if effect_id in self.out_of_time:
+            return
+        if entry.kind == "PROPOSED" and not self.wanted.admits_time(entry):
+            self.out_of_time.add(effect_id)
+            self.loose.pop(effect_id, None)
+            return
+        self.loose.setdefault(effect_id, []).append(entry)
+
+    def footer(self, record: dict[str, Any], where: str, counted: tuple[int, int]) -> None:
+        """The footer: every seq has its line, and it counts the lines before it."""
+        stated = (record.get("receipts"), record.get("entries"))
+        missing = self._missing()
+        if missing or stated != counted:
+            problems = []
+            if missing:
+                problems.append(f"entries {missing} are missing: no line carries them")
+            if stated[0] != counted[0]:
+                problems.append(
+                    f"the footer counts {stated[0]} receipt lines, {counted[0]} are here"
+                )
+            if stated[1] != counted[1]:
+                problems.append(f"the footer counts {stated[1]} entry lines, {counted[1]} are here")
+            raise Failure("completeness", where, "; ".join(problems))
+        self.finished = True
 
     def complete(self) -> None:
         if not self.finished:
             raise Failure("completeness", "end of export", "no footer: the export was cut short")
-        missing = self.seen.find(0)
-        if missing >= 0:
-            raise Failure("completeness", "end of export", f"entry {missing} is missing")
+        missing = self._missing()
+        if missing:
+            raise Failure("completeness", "end of export", f"entries {missing} are missing")
+        for effect_id in sorted(self.loose):
+            self._unreceipted(effect_id, self.loose[effect_id])
+
+    def _unreceipted(self, effect_id: str, entries: list[Entry]) -> None:
+        """An effect left to entry lines: its state, derived from them, must not match."""
+        seqs = ", ".join(str(e.seq) for e in entries)
+        where = f"entry lines, effect {effect_id}"
+        proposed = next((e for e in entries if e.kind == "PROPOSED"), None)
+        if proposed is None:
+            raise Failure("completeness", where, f"entries {seqs} but no PROPOSED entry")
+        try:
+            final_state = derive_receipt(entries, effect_id).final_state
+        except ReceiptError as exc:
+            raise Failure("integrity", where, str(exc)) from exc
+        if self.wanted.admits(proposed, final_state):
+            raise Failure(
+                "completeness",
+                where,
+                f"its receipt is missing: {effect_id} is {final_state} by its entries "
+                f"({seqs}), which the filter selects",
+            )
+
+    def _missing(self) -> str:
+        """The seqs no line carries, as ranges ('3-5, 9'), the first ten; '' if none."""
+        ranges: list[str] = []
+        more = 0
+        start = self.seen.find(0)
+        while start >= 0:
+            end = self.seen.find(1, start)
+            end = len(self.seen) if end < 0 else end
+            if len(ranges) < 10:
+                ranges.append(str(start) if end == start + 1 else f"{start}-{end - 1}")
+            else:
+                more += 1
+            start = self.seen.find(0, end)
+        return ", ".join(ranges) + (f" and {more} more ranges" if more else "")
 
     def _proved(self, item: Any, where: str) -> Entry:
         """The entry in `item`, proved included in the checkpoint's tree."""
@@ -266,6 +357,9 @@ class _Filter:
     def admits_any_state(self, proposed: Entry) -> bool:
         return self.state is None and self._in_time(proposed)
 
+    def admits_time(self, proposed: Entry) -> bool:
+        return self._in_time(proposed)
+
     def _in_time(self, proposed: Entry) -> bool:
         at = proposed.created_at
         return (self.since is None or at >= self.since) and (self.until is None or at < self.until)
@@ -315,7 +409,12 @@ def _record(raw: bytes, where: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gate_client.verify", description=__doc__)
     parser.add_argument("export", type=Path, help="a receipts export (JSON Lines)")
-    parser.add_argument("--vkey", action="append", required=True, help="a trusted key (repeat)")
+    parser.add_argument(
+        "--vkey",
+        action="append",
+        required=True,
+        help="a trusted key of the export's log, named after its origin (repeat per rotation)",
+    )
     args = parser.parse_args(argv)
     try:
         trusted = [parse_vkey(vkey) for vkey in args.vkey]

@@ -10,9 +10,16 @@ from typing import Any
 from django.db import connection
 
 from ledger.core import merkle
-from ledger.core.checkpoint import TlogProof, log_verifier, make_tlog_proof
+from ledger.core.checkpoint import (
+    CheckpointError,
+    TlogProof,
+    log_verifier,
+    make_tlog_proof,
+    open_checkpoint,
+)
 from ledger.core.entries import Entry as LedgerEntry
-from ledger.core.merkle import NodeId
+from ledger.core.entries import genesis_hash
+from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint
 from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey, blob
@@ -20,6 +27,11 @@ from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey, blob
 
 class LedgerLookupError(LookupError):
     """The log, entry, checkpoint or tree size asked for does not exist."""
+
+
+class TreeHeadRefused(Exception):
+    """The log's stored tree disagrees with its head row or is not an extension of what was
+    signed before: history was rewritten or rolled back, so no checkpoint is signed."""
 
 
 def get_log(*, origin: str) -> Log:
@@ -217,3 +229,73 @@ def _check_size(log: Log, size: int) -> None:
     current = Log.objects.filter(pk=log.pk).values_list("size", flat=True).get()
     if not 0 <= size <= current:
         raise LedgerLookupError(f"log {log.origin} has {current} entries; no tree of size {size}")
+
+
+def checked_tree_root(*, log: Log, verifiers: Iterable[Verifier]) -> bytes:
+    """The root of the log's current tree, recomputed from the stored nodes and entries and
+    checked against the head row and the latest stored checkpoint; raise TreeHeadRefused if
+    the database disagrees with itself or with what was signed before. O(log n) rows.
+
+    `verifiers` are the keys the latest checkpoint must verify under. The caller holds the log's
+    row lock (sign_checkpoint), so no append is halfway through."""
+    size = log.size
+    latest = Checkpoint.objects.filter(log=log).order_by("-size").first()
+    if latest is not None and latest.size > size:
+        raise TreeHeadRefused(
+            f"the log has {size} entries but a checkpoint of size {latest.size} was signed: "
+            "entries were removed (a rollback)"
+        )
+    try:
+        frontier = Frontier.from_bytes(size, bytes(log.frontier))
+        root = root_at(log=log, size=size)
+    except (ProofError, LedgerLookupError) as exc:
+        raise TreeHeadRefused(f"the tree of size {size} cannot be rebuilt: {exc}") from exc
+    if frontier.root() != root:
+        raise TreeHeadRefused(
+            f"the log head's frontier does not give the root of the stored nodes at size {size}"
+        )
+    _check_last_entry(log, size)
+    if latest is not None and latest.size > 0:
+        _check_consistent(log, latest, size, root, list(verifiers))
+    return root
+
+
+def _check_last_entry(log: Log, size: int) -> None:
+    """The head row names the last stored entry, which hashes to its contents, and none after."""
+    if size == 0:
+        head_ok = bytes(log.head_hash) == genesis_hash(log.origin)
+    else:
+        rows = Entry.objects.filter(log=log, seq=size - 1)
+        last = next((row.as_ledger_entry() for row in rows), None)
+        head_ok = (
+            last is not None
+            and bytes(log.head_hash) == last.entry_hash
+            and leaf_hash(last.leaf_bytes()) == last.entry_hash
+        )
+    if not head_ok:
+        raise TreeHeadRefused(f"the log head does not name the last entry (seq {size - 1})")
+    if Entry.objects.filter(log=log, seq__gte=size).exists():
+        raise TreeHeadRefused(f"entries are stored past the log head's size {size}")
+
+
+def _check_consistent(
+    log: Log, latest: Checkpoint, size: int, root: bytes, verifiers: list[Verifier]
+) -> None:
+    """The stored nodes prove the tree of `size` extends the latest signed checkpoint."""
+    try:
+        signed = open_checkpoint(latest.note, verifiers, origin=log.origin)
+        if signed.size != latest.size or signed.root != bytes(latest.root):
+            raise CheckpointError(f"the note stored at size {latest.size} signs another tree")
+        proof = (
+            []
+            if latest.size == size
+            else consistency_proof(log=log, old_size=latest.size, new_size=size)
+        )
+        merkle.verify_consistency(
+            old_size=signed.size, new_size=size, old_root=signed.root, new_root=root, proof=proof
+        )
+    except (ProofError, CheckpointError, LedgerLookupError) as exc:
+        raise TreeHeadRefused(
+            f"the tree of size {size} is not consistent with the checkpoint signed at size "
+            f"{latest.size}: {exc}"
+        ) from exc

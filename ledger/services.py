@@ -7,6 +7,7 @@ one transaction also orders them in the log."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,14 +16,20 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from ledger import selectors
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
+from ledger.core.checkpoint import log_verifier
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
 from ledger.core.merkle import Frontier, NodeId
 from ledger.core.note import Signer, is_valid_key_name
 from ledger.keys import SigningKeyError
 from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode, SigningKey
+
+# Signing refused because the stored history disagrees with itself or with what was signed.
+alerts = logging.getLogger("ledger.alerts")
+TreeHeadRefused = selectors.TreeHeadRefused
 
 
 class LedgerInputError(ValueError):
@@ -121,24 +128,37 @@ def append_entries(
 def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
     """Sign the log's current tree head; the same size signed twice returns the first checkpoint.
 
+    Before signing, the tree is checked against what was signed before it
+    (selectors.checked_tree_root): the root is recomputed from the stored Merkle nodes, never
+    taken from the head row alone, and proved consistent with the latest stored checkpoint from
+    those nodes. A tree that fails is refused with TreeHeadRefused, logged as critical on the
+    "ledger.alerts" logger, and nothing is signed.
+
     The signer's public key is published (SigningKey) with the first checkpoint it signs, which
     closes the period of the key before it, in the same transaction. A key whose period is
     closed is refused with RetiredSigningKeyError: an old key file put back never signs again."""
-    with transaction.atomic():
-        # The row lock gives a size and frontier no appender is halfway through.
-        locked = Log.objects.select_for_update().get(pk=log.pk)
-        registered = _hold_signing_key(signer)
-        existing = Checkpoint.objects.filter(log=locked, size=locked.size).first()
-        if existing is not None:
-            return existing
-        root = Frontier.from_bytes(locked.size, bytes(locked.frontier)).root()
-        text = CheckpointText(origin=locked.origin, size=locked.size, root=root)
-        checkpoint = Checkpoint.objects.create(
-            log=locked, size=locked.size, root=root, note=text.sign(signer)
+    try:
+        with transaction.atomic():
+            # The row lock gives a size and frontier no appender is halfway through.
+            locked = Log.objects.select_for_update().get(pk=log.pk)
+            known = [*selectors.log_verifiers(log=locked), log_verifier(locked.origin, signer)]
+            root = selectors.checked_tree_root(log=locked, verifiers=known)
+            registered = _hold_signing_key(signer)
+            existing = Checkpoint.objects.filter(log=locked, size=locked.size).first()
+            if existing is not None:
+                return existing
+            text = CheckpointText(origin=locked.origin, size=locked.size, root=root)
+            checkpoint = Checkpoint.objects.create(
+                log=locked, size=locked.size, root=root, note=text.sign(signer)
+            )
+            if not registered:
+                _register_signing_key(signer, since=checkpoint.created_at)
+            return checkpoint
+    except TreeHeadRefused as refused:
+        alerts.critical(
+            "ledger %s: checkpoint signing refused: %s", log.origin, refused, extra={"log": log.pk}
         )
-        if not registered:
-            _register_signing_key(signer, since=checkpoint.created_at)
-        return checkpoint
+        raise
 
 
 def _hold_signing_key(signer: Signer) -> bool:

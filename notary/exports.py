@@ -15,7 +15,12 @@ The format, interlock-receipts-export/v1, is JSON Lines, one object a line:
 - `footer`: how many receipt and entry lines came before it.
 
 It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
-log (beyond one bit per entry, to know which entries a receipt line already carried)."""
+log (beyond one bit per entry, to know which entries a receipt line already carried).
+
+Nothing is written that the verifier would refuse: the checkpoint must open under the published
+keys, and every entry is proved in its tree before its line is written. A database altered
+under the ledger (an entry, a node or the checkpoint changed, an entry missing) stops the export
+with ExportDamaged, naming what is wrong, instead of a traceback or an export that lies."""
 
 from __future__ import annotations
 
@@ -25,18 +30,43 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from gate_client.receipts import derive_receipt
-from ledger.core.checkpoint import log_verifier
+from gate_client.receipts import ReceiptError, derive_receipt
+from ledger.core.checkpoint import Checkpoint as SignedTree
+from ledger.core.checkpoint import (
+    CheckpointError,
+    log_verifier,
+    open_checkpoint,
+    parse_tlog_proof,
+)
 from ledger.core.entries import Entry as LedgerEntry
-from ledger.core.entries import format_timestamp
+from ledger.core.entries import EntryError, format_timestamp
+from ledger.core.merkle import ProofError, leaf_hash, verify_inclusion
 from ledger.core.note import parse_vkey
 from ledger.models import Checkpoint, Entry
-from ledger.selectors import entries_at, latest_checkpoint, signing_keys, tlog_proofs
+from ledger.selectors import (
+    LedgerLookupError,
+    entries_at,
+    latest_checkpoint,
+    log_verifiers,
+    signing_keys,
+    tlog_proofs,
+)
 from notary.errors import NotaryConflict
 from notary.models import Effect, Lease, Tenant
 
 EXPORT_FORMAT = "interlock-receipts-export/v1"
 _CHUNK = 500
+# What reading an altered database can raise: a row that is not an entry, a node that is gone.
+_DAMAGE = (EntryError, ReceiptError, ProofError, LedgerLookupError, KeyError, ValueError)
+
+
+class ExportDamaged(NotaryConflict):
+    """The ledger's rows do not prove what the export would say: nothing more is written."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            "ledger_damaged", f"{detail}: the ledger's database was altered; run verify_ledger"
+        )
 
 
 def export_receipts(
@@ -52,6 +82,7 @@ def export_receipts(
     checkpoint = latest_checkpoint(log=log)
     if checkpoint is None:
         raise NotaryConflict("no_checkpoint", f"log {log.origin} has no signed checkpoint yet")
+    tree = _signed_tree(checkpoint)
     end = checkpoint.size
     yield _line(
         {
@@ -76,24 +107,53 @@ def export_receipts(
         effects = effects.filter(proposed_at__lt=until)
     ids = effects.order_by("effect_id").values_list("effect_id", "lease_id")
     receipts = entries = 0
-    for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
-        for line in _receipt_lines(tenant, checkpoint, chunk, state, carried):
-            receipts += 1
+    try:
+        for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
+            for line in _receipt_lines(tenant, checkpoint, tree, chunk, state, carried):
+                receipts += 1
+                yield line
+        for line in _entry_lines(tenant, checkpoint, tree, carried):
+            entries += 1
             yield line
-    # The seqs no receipt line carried; only their bodies are read again.
-    uncarried = (seq for seq in range(end) if not carried[seq])
+    except _DAMAGE as exc:
+        raise ExportDamaged(f"log {log.origin}: {exc}") from exc
+    yield _line({"type": "footer", "receipts": receipts, "entries": entries})
+
+
+def _signed_tree(checkpoint: Checkpoint) -> SignedTree:
+    """The tree the stored checkpoint signs, opened under the published keys."""
+    log = checkpoint.log
+    try:
+        tree = open_checkpoint(checkpoint.note, log_verifiers(log=log), origin=log.origin)
+    except CheckpointError as exc:
+        detail = f"the checkpoint of {log.origin} at size {checkpoint.size}: {exc}"
+        raise ExportDamaged(detail) from exc
+    if tree.size != checkpoint.size:
+        raise ExportDamaged(f"the checkpoint stored at size {checkpoint.size} signs {tree.size}")
+    return tree
+
+
+def _entry_lines(
+    tenant: Tenant, checkpoint: Checkpoint, tree: SignedTree, carried: bytearray
+) -> Iterator[str]:
+    """The seqs no receipt line carried; only their bodies are read again."""
+    log = tenant.log
+    uncarried = (seq for seq in range(checkpoint.size) if not carried[seq])
     for seqs in _chunks(uncarried, 2000):
         homeless = entries_at(log=log, seqs=seqs)
-        proofs = tlog_proofs(log=log, indexes=[e.seq for e in homeless], checkpoint=checkpoint)
+        if len(homeless) != len(seqs):
+            found = {e.seq for e in homeless}
+            gone = [seq for seq in seqs if seq not in found]
+            raise ExportDamaged(f"entries {gone[:10]} of {log.origin} are not stored")
+        proofs = tlog_proofs(log=log, indexes=seqs, checkpoint=checkpoint)
         for entry in homeless:
-            entries += 1
-            yield _line({"type": "entry", **_proved(entry, proofs)})
-    yield _line({"type": "footer", "receipts": receipts, "entries": entries})
+            yield _line({"type": "entry", **_proved(entry, proofs, tree)})
 
 
 def _receipt_lines(
     tenant: Tenant,
     checkpoint: Checkpoint,
+    tree: SignedTree,
     chunk: list[tuple[str, str]],
     state: str | None,
     carried: bytearray,
@@ -129,17 +189,29 @@ def _receipt_lines(
                 "type": "receipt",
                 "effect_id": effect_id,
                 "receipt": receipt_fields,
-                "entries": [_proved(e, proofs) for e in journal],
+                "entries": [_proved(e, proofs, tree) for e in journal],
             }
         )
 
 
-def _proved(entry: LedgerEntry, proofs: dict[int, str]) -> dict[str, Any]:
-    return {
-        "seq": entry.seq,
-        "leaf": base64.b64encode(entry.leaf_bytes()).decode("ascii"),
-        "proof": proofs[entry.seq],
-    }
+def _proved(entry: LedgerEntry, proofs: dict[int, str], tree: SignedTree) -> dict[str, Any]:
+    """The entry's line fields, once its bytes are proved in the signed tree."""
+    leaf = entry.leaf_bytes()
+    proof = proofs[entry.seq]
+    try:
+        verify_inclusion(
+            leaf_hash=leaf_hash(leaf),
+            index=entry.seq,
+            size=tree.size,
+            proof=parse_tlog_proof(proof).hashes,
+            root=tree.root,
+        )
+    except (ProofError, CheckpointError) as exc:
+        raise ExportDamaged(
+            f"entry {entry.seq} of {tree.origin} is not in the tree signed at size "
+            f"{tree.size} ({exc})"
+        ) from exc
+    return {"seq": entry.seq, "leaf": base64.b64encode(leaf).decode("ascii"), "proof": proof}
 
 
 def _matches(final_state: str, wanted: str) -> bool:

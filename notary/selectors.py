@@ -12,10 +12,18 @@ from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.targets import Found
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
-from ledger.selectors import effect_entries, entries_at, latest_checkpoint, tlog_proof
+from ledger.models import Log
+from ledger.selectors import (
+    effect_entries,
+    entries_at,
+    iter_effect_histories,
+    latest_checkpoint,
+    tlog_proof,
+)
 from notary.errors import NotaryNotFound
 from notary.explain import explain
 from notary.models import ApiKey, Effect, Lease, Target, Tenant
+from notary.projection import effect_fields
 from notary.services import TOKEN_PREFIX, secret_digest
 
 
@@ -195,3 +203,44 @@ def effect_review(*, effect: Effect) -> Review:
         evidence=[e for e in history if e.kind == EntryKind.OBSERVED],
         entries=entries,
     )
+
+
+def effect_projection_differences(*, tenant: Tenant) -> list[str]:
+    """How the tenant's Effect table differs from what its ledger entries give (the rows
+    rebuild_effects would write), one line per effect; empty when the projection is the
+    ledger's. Reads only: an edited row (a review queue emptied by hand) is named, not fixed."""
+    expected: dict[str, dict[str, Any]] = {}
+    for effect_id, history in iter_effect_histories(log=tenant.log):
+        if history[0].kind == EntryKind.PROPOSED:  # not entries appended outside the protocol
+            expected[effect_id] = effect_fields(history)
+    fields = list(next(iter(expected.values()), {}).keys()) or ["state"]
+    stored = {
+        row["effect_id"]: row
+        for row in Effect.objects.filter(tenant=tenant).values("effect_id", *fields)
+    }
+    differences = [
+        _projection_difference(effect_id, expected.get(effect_id), stored.get(effect_id), fields)
+        for effect_id in sorted(expected.keys() | stored.keys())
+    ]
+    return [line for line in differences if line]
+
+
+def _projection_difference(
+    effect_id: str, want: dict[str, Any] | None, have: dict[str, Any] | None, fields: list[str]
+) -> str:
+    if want is None:
+        return f"effect {effect_id}: in the effects table, not in the ledger"
+    if have is None:
+        return f"effect {effect_id}: in the ledger, missing from the effects table"
+    changed = [f"{n} ({have[n]!r}, ledger {want[n]!r})" for n in fields if have[n] != want[n]]
+    if not changed:
+        return ""
+    return f"effect {effect_id}: the effects table differs from the ledger in " + ", ".join(changed)
+
+
+def effect_projection_problems(*, log: Log) -> list[str]:
+    """verify_ledger's check of the notary's projection (settings.LEDGER_VERIFY_CHECKS)."""
+    tenant = Tenant.objects.filter(log=log).first()
+    if tenant is None:
+        return []
+    return [f"{tenant.slug}: {line}" for line in effect_projection_differences(tenant=tenant)]

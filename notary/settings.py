@@ -138,6 +138,13 @@ REST_FRAMEWORK = {
 # The ledger's API (ledger.api) serves any log and knows no tenants: this names the function
 # giving the log an authenticated request reads (its tenant's own).
 LEDGER_API_CALLER_LOG = "notary.authentication.caller_log"
+# What verify_ledger checks beyond the log itself (the ledger imports none of these apps): the
+# effects table against the entries (rebuild_effects --check), and every OBSERVED webhook
+# entry's raw event against the digest the entry records.
+LEDGER_VERIFY_CHECKS = [
+    "notary.selectors.effect_projection_problems",
+    "webhooks.selectors.observed_evidence_problems",
+]
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Interlock notary",

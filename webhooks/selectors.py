@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import datetime
+from typing import Any
 
+from ledger.core.entries import Entry as LedgerEntry
+from ledger.core.entries import EntryKind
+from ledger.models import Entry, Log
 from notary import counters
-from webhooks.models import Endpoint, RawEvent
+from webhooks.models import Endpoint, Ingestion, RawEvent
 
 
 def endpoint_for_url(*, public_id: str) -> Endpoint | None:
@@ -38,3 +43,50 @@ def unverified_this_minute(*, endpoint: Endpoint) -> int:
     """The endpoint's requests in the current minute that were not verified events, those
     refused for the rate limit included."""
     return counters.current(unverified_counter_key(endpoint=endpoint))
+
+
+def observed_evidence_problems(*, log: Log) -> list[str]:
+    """verify_ledger's check of webhook evidence (settings.LEDGER_VERIFY_CHECKS): every OBSERVED
+    entry citing a webhook has the ingestion that appended it, whose raw event is the one the
+    entry names and hashes to the digest it records (body_sha256). One line per problem, so a
+    raw event wiped or rewritten under the evidence derived from it is named by its seq."""
+    ingestions = {
+        ingestion.observed_seq: ingestion
+        for ingestion in Ingestion.objects.filter(
+            raw_event__endpoint__tenant__log=log, observed_seq__isnull=False
+        ).select_related("raw_event")
+    }
+    problems: list[str] = []
+    rows = Entry.objects.filter(log=log, kind=EntryKind.OBSERVED).order_by("seq")
+    for row in rows.iterator(chunk_size=500):
+        entry = row.as_ledger_entry()
+        try:
+            evidence = entry.body_value()
+        except ValueError:
+            continue  # verify_log names an entry that is not canonical JSON
+        if not isinstance(evidence, dict) or evidence.get("source") != "webhook":
+            continue
+        problem = _evidence_problem(entry, evidence, ingestions.pop(entry.seq, None))
+        if problem:
+            problems.append(f"seq {entry.seq}: {problem}")
+    problems += [
+        f"seq {seq}: ingestion {ingestion.pk} names it, but it is no OBSERVED webhook entry"
+        for seq, ingestion in sorted(ingestions.items(), key=lambda item: item[0] or 0)
+    ]
+    return problems
+
+
+def _evidence_problem(entry: LedgerEntry, evidence: dict[str, Any], ingestion: Any) -> str:
+    event_id = evidence.get("event_id")
+    if ingestion is None:
+        return f"OBSERVED webhook event {event_id!r} has no stored raw event (it was removed)"
+    raw: RawEvent = ingestion.raw_event
+    if ingestion.effect_id != entry.effect_id or raw.provider_event_id != event_id:
+        return f"OBSERVED webhook event {event_id!r} is not the raw event {raw.pk} ingested there"
+    digest = evidence.get("body_sha256")
+    if digest is not None and hashlib.sha256(bytes(raw.body)).hexdigest() != digest:
+        return (
+            f"raw event {raw.pk} (event {event_id!r}) does not hash to the body_sha256 "
+            "the OBSERVED entry records: it was altered"
+        )
+    return ""

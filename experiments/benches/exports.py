@@ -218,7 +218,8 @@ def build_tenant(
 ) -> Built:
     from django.db.models import Count
 
-    from ledger.selectors import log_head, signing_keys
+    from ledger.core.checkpoint import log_verifier
+    from ledger.selectors import log_head
     from ledger.services import append_entries, sign_checkpoint
     from notary import services
     from notary.models import Effect
@@ -273,7 +274,7 @@ def build_tenant(
     size = log_head(log=tenant.log).size
     if size != cases + sum(entries_per(state) for state in planned.elements()):
         raise SystemExit(f"{slug}: the log holds {size} entries, not what was appended")
-    vkey = next(k.vkey for k in signing_keys() if k.public_key == signer.public_key)
+    vkey = log_verifier(tenant.log.origin, signer).vkey  # the log's key, named after its origin
     return Built(slug, effects, cases, len(targets), size, planned, vkey, seconds)
 
 

@@ -17,6 +17,20 @@ class SigningKeyOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["name", "key_id", "vkey", "valid_from", "valid_until"]
 
 
+class LogVkeyOutput(serializers.Serializer):  # type: ignore[type-arg]
+    vkey = serializers.CharField(help_text="<origin>+<key id>+<base64 key>: what note.Open takes")
+    key_id = serializers.CharField(help_text="the signed-note key id under the origin, hex")
+    valid_from = serializers.DateTimeField()
+    valid_until = serializers.DateTimeField(allow_null=True)
+
+
+class LogVkeysOutput(serializers.Serializer):  # type: ignore[type-arg]
+    origin = serializers.CharField()
+    vkeys = LogVkeyOutput(
+        many=True, help_text="every key that has signed, as this log's verifier, oldest first"
+    )
+
+
 class CheckpointOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     origin = serializers.CharField(source="log.origin")
     note = serializers.CharField(help_text="the C2SP signed note of the tlog-checkpoint")

@@ -1,5 +1,6 @@
-"""The ledger's read endpoints: the signing keys (public), and, for an authenticated caller, its
-own log's latest checkpoint, inclusion proofs and consistency proofs.
+"""The ledger's read endpoints: the signing keys and each log's verifier keys (public), and,
+for an authenticated caller, its own log's latest checkpoint, inclusion proofs and consistency
+proofs.
 
 The ledger knows no tenants or API keys: who may call is the project's REST_FRAMEWORK defaults
 (authentication and permission classes), and which log a caller reads is the function that
@@ -27,13 +28,17 @@ from ledger.api.serializers import (
     ConsistencyProofQuery,
     InclusionProofOutput,
     InclusionProofQuery,
+    LogVkeysOutput,
     SigningKeyOutput,
 )
+from ledger.core.checkpoint import log_verifier
+from ledger.core.note import parse_vkey
 from ledger.models import Log
 
 # Refusals of an authenticated caller (401, 429) and of a query (400) are added by the
 # project's schema class (settings' DEFAULT_SCHEMA_CLASS); these are the ledger's own.
 NO_CHECKPOINT = error_response("`not_found`: the caller's log has no signed checkpoint yet")
+NO_LOG = error_response("`not_found`: no log with that origin")
 NO_PROOF = error_response(
     "`not_found`: no signed checkpoint of that size (or none yet), or no such entry in it"
 )
@@ -60,6 +65,35 @@ class SigningKeysView(APIView):
     @extend_schema(auth=[], responses=SigningKeyOutput(many=True))
     def get(self, request: Request) -> Response:
         return Response(SigningKeyOutput(selectors.signing_keys(), many=True).data)
+
+
+class LogVkeysView(APIView):
+    """One log's verifier keys, exactly as a checkpoint of it is verified: every published key
+    under the log's origin (the name, and so the key id, its checkpoints are signed under), so
+    an outside tool (Go's note.Open, `python -m gate_client.verify --vkey`) takes them as
+    given. Public, like the keys: a log's origin is in every checkpoint of it."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(auth=[], responses={200: LogVkeysOutput, 404: NO_LOG})
+    def get(self, request: Request, origin: str) -> Response:
+        try:
+            log = selectors.get_log(origin=origin)
+        except selectors.LedgerLookupError as exc:
+            raise NotFound(str(exc)) from exc
+        vkeys = []
+        for key in selectors.signing_keys():
+            verifier = log_verifier(log.origin, parse_vkey(key.vkey))
+            vkeys.append(
+                {
+                    "vkey": verifier.vkey,
+                    "key_id": f"{verifier.key_id:08x}",
+                    "valid_from": key.valid_from,
+                    "valid_until": key.valid_until,
+                }
+            )
+        return Response(LogVkeysOutput({"origin": log.origin, "vkeys": vkeys}).data)
 
 
 class LatestCheckpointView(APIView):

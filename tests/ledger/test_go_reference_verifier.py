@@ -8,11 +8,14 @@ import base64
 from pathlib import Path
 
 import pytest
+from rest_framework.test import APIClient
 
 from ledger import selectors, services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.note import Signer
 from ledger.models import Log
+from notary.models import Tenant
+from testkit.factories import client_for
 from testkit.goverify import run_goverify
 
 SIZES = [1, 2, 3, 7, 8, 13, 32, 33, 64, 70]
@@ -83,3 +86,37 @@ def test_go_reference_rejects_a_changed_leaf_a_stranger_key_and_a_bad_proof(
     lines[2] = base64.b64encode(b"\x00" * 32).decode()
     proof.write_text("\n".join(lines))
     assert "inclusion: " in run_goverify(goverify, "inclusion", vkey, proof, leaf).stdout
+
+
+@pytest.mark.django_db
+def test_go_reference_opens_the_api_checkpoint_with_exactly_the_published_log_vkey(
+    goverify: Path, acme: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    """What an outside tool is given over HTTP: the log's vkey (no credentials), the latest
+    checkpoint and an inclusion proof (an auditor's key). note.Open takes the vkey as is."""
+    for n in range(5):
+        services.append_entry(log=acme.log, kind="OBSERVED", body={"n": n})
+    services.sign_checkpoint(log=acme.log, signer=signer)
+    published = APIClient().get(f"/v1/logs/{acme.log.origin}/vkey").json()
+    vkey = published["vkeys"][0]["vkey"]
+    auditor = client_for(acme, "auditor", "audrey")
+    note = auditor.get("/v1/checkpoints/latest").json()["note"]
+    (tmp_path / "checkpoint").write_text(note)
+    (tmp_path / "empty").write_text("")
+    result = run_goverify(
+        goverify,
+        "consistency",
+        vkey,
+        *(tmp_path / n for n in ("checkpoint", "checkpoint", "empty")),
+    )
+    assert result.stdout == f"ok consistency {acme.log.origin} 5 -> 5\n"
+    proof = auditor.get("/v1/proofs/inclusion", {"index": 3}).json()["tlog_proof"]
+    (tmp_path / "proof").write_text(proof)
+    (tmp_path / "leaf").write_bytes(selectors.get_entry(log=acme.log, seq=3).leaf_bytes())
+    result = run_goverify(goverify, "inclusion", vkey, tmp_path / "proof", tmp_path / "leaf")
+    assert result.stdout == f"ok inclusion {acme.log.origin} size 5 index 3\n"
+    # The notary's key as /v1/keys lists it (under the notary's name) is not the log's key.
+    listed = APIClient().get("/v1/keys").json()[0]["vkey"]
+    assert listed != vkey
+    refused = run_goverify(goverify, "inclusion", listed, tmp_path / "proof", tmp_path / "leaf")
+    assert refused.returncode == 1 and "note: " in refused.stdout

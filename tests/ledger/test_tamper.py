@@ -132,6 +132,8 @@ def execute(sql: str, params: list[Any]) -> None:
 def drop_append_only_triggers() -> None:
     for table in APPEND_ONLY_TABLES:
         execute(f"DROP TRIGGER {table}_append_only ON {table}", [])
+    # The log head only moves forward (migration 0005); an attacker drops that trigger too.
+    execute("DROP TRIGGER ledger_log_forward_only ON ledger_log", [])
 
 
 def change_body(log: Log, seq: int) -> None:

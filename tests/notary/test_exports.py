@@ -1,9 +1,12 @@
-"""Receipt exports and the offline verifier: an export of a real tenant verifies with only the
-notary's key, and every single-line change, deletion or reordering, and byte changes throughout
-it, are caught, each by the verdict it offends."""
+"""Receipt exports and the offline verifier: an export of a real tenant verifies with only its
+log's key, and every single-line change, deletion or reordering, and byte changes throughout
+it, are caught, each by the verdict it offends; what is missing is named; another log's key,
+a receipt line removed from a filtered export and an entry moved out of its receipt line are
+refused; an export of a damaged database stops cleanly and writes no file."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -17,11 +20,15 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
 
+from gate_client.receipts import derive_receipt
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
-from ledger.core.note import Signer
+from ledger.core.checkpoint import log_verifier
+from ledger.core.entries import entry_from_leaf
+from ledger.core.note import Signer, Verifier
 from notary import services
 from notary.exports import export_receipts
 from notary.groups import AUDITORS
@@ -63,8 +70,13 @@ def lines_of(shop: Tenant, **wanted: Any) -> list[bytes]:
     return [line.rstrip("\n").encode() for line in export_receipts(tenant=shop, **wanted)]
 
 
+def key_of(tenant: Tenant, signer: Signer) -> Verifier:
+    """The tenant's log key: the notary's key under the log's origin, as /v1/logs publishes."""
+    return log_verifier(tenant.log.origin, signer)
+
+
 def test_an_export_verifies_with_the_notarys_key_alone(shop: Tenant, signer: Signer) -> None:
-    report = verify_export(lines_of(shop), [signer.verifier])
+    report = verify_export(lines_of(shop), [key_of(shop, signer)])
     assert report.receipts == 5
     assert report.proved == report.size + 5  # every entry once, each lease grant also copied
     assert dict(report.outcomes) == {
@@ -77,9 +89,9 @@ def test_an_export_verifies_with_the_notarys_key_alone(shop: Tenant, signer: Sig
     # 5 x (grant, PROPOSED, DISPATCHED), then COMMITTED, AMBIGUOUS, AMBIGUOUS + RESOLVED,
     # OBSERVED + COMMITTED
     assert report.size == 5 * 3 + 6
-    ambiguous_only = verify_export(lines_of(shop, state="AMBIGUOUS"), [signer.verifier])
+    ambiguous_only = verify_export(lines_of(shop, state="AMBIGUOUS"), [key_of(shop, signer)])
     assert dict(ambiguous_only.outcomes) == {"AMBIGUOUS": 1}
-    committed = verify_export(lines_of(shop, state="COMMITTED*"), [signer.verifier])
+    committed = verify_export(lines_of(shop, state="COMMITTED*"), [key_of(shop, signer)])
     assert committed.receipts == 2
 
 
@@ -122,7 +134,7 @@ def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
     checked = 0
     for what, changed, allowed in mutations(lines):
         with pytest.raises(Failure) as failure:
-            verify_export(changed, [signer.verifier])
+            verify_export(changed, [key_of(shop, signer)])
             pytest.fail(f"{what}: not caught")
         assert failure.value.verdict in allowed, f"{what}: {failure.value}"
         checked += 1
@@ -133,7 +145,7 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
     out = tmp_path / "receipts.jsonl"
     call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=io.StringIO())
     verified = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", signer.verifier.vkey],
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", key_of(shop, signer).vkey],
         capture_output=True,
         text=True,
     )
@@ -143,7 +155,14 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
     tampered = tmp_path / "tampered.jsonl"
     tampered.write_text(out.read_text().replace('"AMBIGUOUS"', '"COMMITTED"', 1))
     refused = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(tampered), "--vkey", signer.verifier.vkey],
+        [
+            sys.executable,
+            "-m",
+            "gate_client.verify",
+            str(tampered),
+            "--vkey",
+            key_of(shop, signer).vkey,
+        ],
         capture_output=True,
         text=True,
     )
@@ -161,7 +180,7 @@ def test_the_api_streams_an_export_to_auditors_only(
     assert answer.status_code == 200
     assert answer["Content-Type"] == "application/x-ndjson"
     lines = answer.getvalue().splitlines()
-    assert verify_export(lines, [signer.verifier]).receipts == 1
+    assert verify_export(lines, [key_of(shop, signer)]).receipts == 1
     assert client_for(shop, "agent", "bot").get("/v1/exports/receipts").status_code == 403
     assert auditor.get("/v1/exports/receipts", {"from": "not a date"}).status_code == 400
     empty = client_for(globex, "auditor", "gary").get("/v1/exports/receipts")
@@ -180,7 +199,7 @@ def test_an_auditor_downloads_the_export_from_the_admin(shop: Tenant, signer: Si
     assert answer.status_code == 200
     assert answer["Content-Disposition"] == 'attachment; filename="receipts-acme.jsonl"'
     lines = answer.getvalue().splitlines()
-    assert verify_export(lines, [signer.verifier]).receipts == 5
+    assert verify_export(lines, [key_of(shop, signer)]).receipts == 5
 
 
 def test_an_export_after_a_key_rotation_verifies_with_the_new_key(
@@ -191,7 +210,178 @@ def test_an_export_after_a_key_rotation_verifies_with_the_new_key(
     ledger_services.sign_checkpoint(log=shop.log, signer=successor)
     lines = lines_of(shop)
     assert len(json.loads(lines[0])["vkeys"]) == 2  # both keys are published
-    assert verify_export(lines, [successor.verifier]).receipts == 7  # case-6 and case-7 too
+    assert verify_export(lines, [key_of(shop, successor)]).receipts == 7  # case-6, case-7 too
     with pytest.raises(Failure) as failure:
-        verify_export(lines, [signer.verifier])  # the retired key did not sign this checkpoint
+        verify_export(lines, [key_of(shop, signer)])  # the retired key did not sign this checkpoint
     assert failure.value.verdict == "authenticity"
+
+
+def test_one_logs_key_does_not_accept_another_logs_export(
+    shop: Tenant, globex: Tenant, signer: Signer
+) -> None:
+    """The notary signs every log with one key, under each log's origin: a trusted key renamed
+    to the export's origin would let acme's key vouch for globex's export."""
+    ledger_services.append_entry(log=globex.log, kind="OBSERVED", body={"n": 0})
+    ledger_services.sign_checkpoint(log=globex.log, signer=signer)
+    theirs = lines_of(globex)
+    assert verify_export(theirs, [key_of(globex, signer)]).size == 1
+    for trusted in ([key_of(shop, signer)], [signer.verifier]):
+        with pytest.raises(Failure) as failure:
+            verify_export(theirs, trusted)
+        assert failure.value.verdict == "authenticity"
+        assert f"no trusted key is named {globex.log.origin!r}" in failure.value.detail
+
+
+def entry_line(item: dict[str, Any]) -> bytes:
+    return json.dumps({"type": "entry", **item}, separators=(",", ":")).encode()
+
+
+def rehomed(lines: list[bytes], effect_id: str, keep: int | None = None) -> list[bytes]:
+    """The export with `effect_id`'s receipt line removed (or, with `keep`, cut to its first
+    `keep` own entries with the receipt re-derived to match), the entries taken out moved to
+    entry lines in seq order, and the footer's counts fixed: what a forger would do."""
+    records = [json.loads(line) for line in lines]
+    at = next(i for i, r in enumerate(records) if r.get("effect_id") == effect_id)
+    receipt = records[at]
+    own = [e for e in receipt["entries"] if entry_from_leaf(_leaf(e)).effect_id == effect_id]
+    moved = own if keep is None else own[keep:]
+    if keep is None:
+        del records[at]
+    else:
+        receipt["entries"] = [e for e in receipt["entries"] if e not in moved]
+        journal = [entry_from_leaf(_leaf(e)) for e in receipt["entries"]]
+        receipt["receipt"] = derive_receipt(journal, effect_id).to_dict()
+    body = [r for r in records if r["type"] == "entry"]
+    body += [{"type": "entry", **e} for e in moved]
+    body.sort(key=lambda r: r["seq"])
+    receipts = [r for r in records if r["type"] == "receipt"]
+    footer = {"type": "footer", "receipts": len(receipts), "entries": len(body)}
+    return [
+        lines[0],
+        *(json.dumps(r, separators=(",", ":")).encode() for r in [*receipts, *body, footer]),
+    ]
+
+
+def _leaf(item: dict[str, Any]) -> bytes:
+    return base64.b64decode(item["leaf"])
+
+
+def committed_effect(shop: Tenant, lines: list[bytes]) -> str:
+    records = [json.loads(line) for line in lines]
+    return str(
+        next(
+            r["effect_id"]
+            for r in records
+            if r["type"] == "receipt" and r["receipt"]["final_state"] == "COMMITTED"
+        )
+    )
+
+
+def test_a_receipt_removed_from_a_filtered_export_is_found_from_the_entries(
+    shop: Tenant, signer: Signer
+) -> None:
+    lines = lines_of(shop, state="COMMITTED*")
+    effect_id = committed_effect(shop, lines)
+    forged = rehomed(lines, effect_id)
+    with pytest.raises(Failure) as failure:
+        verify_export(forged, [key_of(shop, signer)])
+    assert failure.value.verdict == "completeness"
+    assert f"its receipt is missing: {effect_id} is COMMITTED by its entries" in str(failure.value)
+    # The effects the filter refuses stay on entry lines, as the exporter leaves them.
+    assert verify_export(lines, [key_of(shop, signer)]).receipts == 2
+
+
+def test_an_entry_moved_out_of_its_receipt_line_is_refused(shop: Tenant, signer: Signer) -> None:
+    """The COMMITTED entry moved to the entry lines and the receipt re-derived without it: the
+    receipt line holds together (DISPATCHED), but an entry of its effect lives elsewhere."""
+    lines = lines_of(shop)
+    effect_id = committed_effect(shop, lines)
+    forged = rehomed(lines, effect_id, keep=2)  # PROPOSED, DISPATCHED
+    with pytest.raises(Failure) as failure:
+        verify_export(forged, [key_of(shop, signer)])
+    assert failure.value.verdict == "completeness"
+    assert f"an entry of {effect_id}, missing from its receipt line" in failure.value.detail
+
+
+def test_a_deleted_line_is_named_by_what_it_held(shop: Tenant, signer: Signer) -> None:
+    lines = lines_of(shop)
+    records = [json.loads(line) for line in lines]
+    first_entry = next(i for i, r in enumerate(records) if r["type"] == "entry")
+    seq = records[first_entry]["seq"]
+    with pytest.raises(Failure) as failure:
+        verify_export(lines[:first_entry] + lines[first_entry + 1 :], [key_of(shop, signer)])
+    assert failure.value.detail == (
+        f"entries {seq} are missing: no line carries them; "
+        f"the footer counts {len(records) - 7} entry lines, {len(records) - 8} are here"
+    )
+    receipt = records[1]
+    seqs = [e["seq"] for e in receipt["entries"] if e["seq"] != receipt["entries"][0]["seq"]]
+    own = [
+        e["seq"]
+        for e in receipt["entries"]
+        if entry_from_leaf(_leaf(e)).effect_id == receipt["effect_id"]
+    ]
+    assert seqs  # the lease grant is a copy; the effect's own entries are named
+    with pytest.raises(Failure) as failure:
+        verify_export([lines[0], *lines[2:]], [key_of(shop, signer)])
+    detail = failure.value.detail
+    named, _, rest = detail.removeprefix("entries ").partition(" are missing: no line carries")
+    assert seqs_in(named) == set(own)
+    assert rest == " them; the footer counts 5 receipt lines, 4 are here"
+
+
+def seqs_in(ranges: str) -> set[int]:
+    """'3-5, 9' as {3, 4, 5, 9}."""
+    seqs: set[int] = set()
+    for part in ranges.split(", "):
+        first, _, last = part.partition("-")
+        seqs.update(range(int(first), int(last or first) + 1))
+    return seqs
+
+
+def test_an_export_of_an_altered_database_stops_cleanly_and_writes_nothing(
+    shop: Tenant, tmp_path: Path
+) -> None:
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    out = exports / "receipts.jsonl"
+    call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=io.StringIO())
+    earlier = out.read_bytes()
+    with connection.cursor() as cursor:  # the test database's superuser, triggers off
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute(
+            "UPDATE ledger_entry SET body = convert_to(replace(convert_from(body, 'UTF8'), "
+            "'in the outbox', 'never sent'), 'UTF8') WHERE log_id = %s AND kind = 'RESOLVED'",
+            [shop.log.pk],
+        )
+        assert cursor.rowcount == 1
+        cursor.execute("SET LOCAL session_replication_role = origin")
+    for target in (out, exports / "fresh.jsonl"):
+        with pytest.raises(CommandError) as refused:
+            call_command(
+                "export_receipts", tenant="acme", out=target, no_progress=True, stdout=io.StringIO()
+            )
+        message = str(refused.value)
+        assert "is not in the tree signed at size 21" in message
+        assert "the ledger's database was altered; run verify_ledger" in message
+        assert f"{target} was not written" in message
+    assert out.read_bytes() == earlier  # the earlier export is left as it was
+    assert sorted(p.name for p in exports.iterdir()) == ["receipts.jsonl"]  # no partial file
+
+
+def test_an_export_whose_checkpoint_was_replaced_is_refused_before_a_line(
+    shop: Tenant, tmp_path: Path
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute(
+            "UPDATE ledger_checkpoint SET note = replace(note, '\n21\n', '\n20\n') "
+            "WHERE log_id = %s",
+            [shop.log.pk],
+        )
+        cursor.execute("SET LOCAL session_replication_role = origin")
+    out = tmp_path / "exports" / "receipts.jsonl"
+    out.parent.mkdir()
+    with pytest.raises(CommandError, match=r"the checkpoint of \S+ at size 21: checkpoint signat"):
+        call_command("export_receipts", tenant="acme", out=out, no_progress=True)
+    assert list(out.parent.iterdir()) == []

@@ -12,9 +12,9 @@ from rest_framework.test import APIClient
 
 from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
-from ledger.core.checkpoint import open_checkpoint, parse_tlog_proof
+from ledger.core.checkpoint import CheckpointError, open_checkpoint, parse_tlog_proof
 from ledger.core.merkle import leaf_hash, verify_consistency, verify_inclusion
-from ledger.core.note import Signer
+from ledger.core.note import Signer, parse_vkey
 from ledger.keys import load_signing_key
 from ledger.models import Checkpoint, Log
 from notary.models import Role, Tenant
@@ -218,3 +218,29 @@ def test_the_tenant_endpoints_need_a_key(url: str) -> None:
     refused = APIClient()
     refused.credentials(HTTP_AUTHORIZATION="Bearer ik_nope_nope")
     assert refused.get(url).json()["error"] == "authentication_failed"
+
+
+def test_each_logs_vkey_is_published_and_opens_its_checkpoints_as_given(
+    acme: Tenant, globex: Tenant, signer: Signer
+) -> None:
+    anyone = APIClient()
+    origin = acme.log.origin
+    assert get(anyone, f"/v1/logs/{origin}/vkey") == (200, {"origin": origin, "vkeys": []})
+    grow(acme.log, 2)
+    signed = ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+    status, body = get(anyone, f"/v1/logs/{origin}/vkey")
+    assert status == 200
+    (published,) = body["vkeys"]
+    assert published["vkey"].startswith(f"{origin}+{published['key_id']}+")
+    assert published["valid_until"] is None
+    # Exactly as given: no renaming, and the signature line carries that key id.
+    verifier = parse_vkey(published["vkey"])
+    assert open_checkpoint(signed.note, [verifier], origin=origin).size == 2
+    assert f"\u2014 {origin} " in signed.note
+    # Another log's vkey is the same public key under its own name: it opens nothing of acme's.
+    theirs = get(anyone, f"/v1/logs/{globex.log.origin}/vkey")[1]["vkeys"][0]["vkey"]
+    assert theirs != published["vkey"]
+    with pytest.raises(CheckpointError):
+        open_checkpoint(signed.note, [parse_vkey(theirs)])
+    status, body = get(anyone, "/v1/logs/no.such.example/log/vkey")
+    assert (status, body["error"]) == (404, "not_found")

@@ -47,7 +47,12 @@ class Fixture:
 
     @property
     def ids(self) -> dict[str, str]:
-        return {"effect_id": self.effect_id, "lease_id": self.lease_id, "name": "refunds"}
+        return {
+            "effect_id": self.effect_id,
+            "lease_id": self.lease_id,
+            "name": "refunds",
+            "origin": self.tenant.log.origin,
+        }
 
     def headers_for(self, operation: Any) -> dict[str, str]:
         """A key of the first role the operation admits (a bare request of another role is

@@ -101,7 +101,12 @@ class Fixture:
 
     @property
     def ids(self) -> dict[str, str]:
-        return {"effect_id": self.effect_id, "lease_id": self.lease_id, "name": "refunds"}
+        return {
+            "effect_id": self.effect_id,
+            "lease_id": self.lease_id,
+            "name": "refunds",
+            "origin": self.tenant.log.origin,
+        }
 
 
 @pytest.fixture

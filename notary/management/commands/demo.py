@@ -47,7 +47,7 @@ from ledger.core.checkpoint import log_verifier, parse_tlog_proof
 from ledger.core.entries import entry_from_leaf, format_timestamp
 from ledger.core.note import parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
-from ledger.selectors import signing_keys
+from ledger.selectors import log_verifiers
 from notary import services
 from notary.models import Tenant
 from testkit.peers.reference_service import read_acts, running_server
@@ -113,7 +113,8 @@ class Command(BaseCommand):
             no_progress=True,
             stdout=io.StringIO(),
         )
-        vkeys = [arg for key in signing_keys() for arg in ("--vkey", key.vkey)]
+        # The log's keys, as GET /v1/logs/<origin>/vkey publishes them (named after its origin).
+        vkeys = [arg for key in log_verifiers(log=tenant.log) for arg in ("--vkey", key.vkey)]
         verified = subprocess.run(
             [sys.executable, "-m", "gate_client.verify", str(export), *vkeys],
             capture_output=True,

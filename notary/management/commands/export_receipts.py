@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
@@ -41,20 +45,38 @@ class Command(BaseCommand):
             desc="export",
         )
         written = 0
+        out: Path = options["out"]
         try:
-            with options["out"].open("w", encoding="utf-8") as out:
+            with _replacing(out) as handle:
                 for line in export_receipts(
                     tenant=tenant, since=since, until=until, state=options["state"]
                 ):
-                    out.write(line)
+                    handle.write(line)
                     written += 1
                     bar.update(1)
         except NotaryConflict as exc:
-            options["out"].unlink(missing_ok=True)
-            raise CommandError(exc.detail) from exc
+            raise CommandError(f"{exc.detail}; {out} was not written") from exc
+        except OSError as exc:
+            raise CommandError(f"cannot write {out}: {exc}") from exc
         finally:
             bar.close()
-        self.stdout.write(f"{options['out']}: {written} lines")
+        self.stdout.write(f"{out}: {written} lines")
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[TextIO]:
+    """A temporary file beside `path` that replaces it only once it is whole: an export that
+    fails halfway leaves no file (and an earlier export at `path` as it was)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _moment(text: str | None, name: str) -> Any:
