@@ -7,14 +7,29 @@ propose (idempotent on the effect id; with a dispatch, attempt 1 is recorded onc
 after a lost answer comes back with nothing dispatched, which the gate recovers) and outcomes
 (the standing verdict is answered again). A dispatch of attempt n is never retried: had the lost
 answer been a success, the retry would look like another agent's attempt; the gate leaves the
-effect to recover() instead."""
+effect to recover() instead.
+
+History: the journal remembers the last signed checkpoint of the tenant's log it accepted (in
+`checkpoint_file`, written atomically and fsync'd, so a restarted agent remembers it too). It
+looks at the log's latest checkpoint when recovering (`unsettled`), when fetching a proved
+receipt (`proved_receipt`) and when asked (`check_history`): each must verify with the log's
+vkeys (given as `vkeys`, else those the notary publishes at /v1/logs/<origin>/vkey) and extend
+the remembered one, by a consistency proof the notary gives. A smaller size, another root at
+the same size or a proof that fails means the notary's history was rolled back or forked (a
+database restored from an old backup, an insider's rewrite): HistoryRewritten, carrying both
+signed checkpoints as evidence, and from then on every call raises it again."""
 
 from __future__ import annotations
 
 import base64
+import binascii
+import json
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,8 +37,20 @@ import httpx
 from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
 from gate_client.leases import Lease, LeaseState
 from gate_client.protocol import Answer, Intent, Negative, TargetDeclaration
+from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.targets import Found, NotFound, Tier
+from ledger.core.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    open_checkpoint,
+    parse_checkpoint_text,
+    parse_tlog_proof,
+)
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
+from ledger.core.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
+from ledger.core.note import NoteError, Verifier, parse_vkey
+
+STATE_FORMAT = "interlock-notary-journal-checkpoint/v1"
 
 _RETRY_STATUSES = frozenset({502, 503, 504})
 
@@ -45,6 +72,35 @@ class NotaryError(JournalError):
         self.body = dict(body or {})
 
 
+class HistoryRewritten(NotaryError):
+    """The notary's log does not extend a checkpoint this journal accepted before: rolled back
+    (a smaller tree), forked (the same size, another root) or rewritten (no consistency proof
+    holds). `remembered` and `received` are the two signed checkpoints, the evidence: both are
+    signed by the log's key, and no honest log signs both."""
+
+    def __init__(self, reason: str, *, remembered: str, received: str) -> None:
+        super().__init__(
+            f"the notary's history was rewritten: {reason}\n"
+            f"--- the checkpoint seen before ---\n{remembered}"
+            f"--- the checkpoint the notary shows now ---\n{received}",
+            code="history_rewritten",
+        )
+        self.reason = reason
+        self.remembered = remembered
+        self.received = received
+
+
+@dataclass(frozen=True)
+class ProvedReceipt:
+    """A receipt fetched from the notary: re-derived from its entries, each proved included in
+    `checkpoint` (None until a checkpoint covers them all), which extends every one seen."""
+
+    receipt: Receipt
+    entries: list[Entry]
+    checkpoint: Checkpoint | None
+    note: str | None
+
+
 class NotaryJournal:
     def __init__(
         self,
@@ -56,9 +112,14 @@ class NotaryJournal:
         backoff: float = 0.2,
         transport: httpx.BaseTransport | None = None,
         one_round_trip: bool = True,
+        vkeys: Sequence[str] | None = None,
+        checkpoint_file: str | os.PathLike[str] | None = None,
     ) -> None:
         """`one_round_trip=False` sends PROPOSED and DISPATCHED as two requests: slower, and
-        only useful to stop a process between the two (the crash matrix does)."""
+        only useful to stop a process between the two (the crash matrix does). `vkeys`: the
+        log's trusted verifier keys, named after its origin (default: the notary's published
+        ones); `checkpoint_file`: where the last accepted checkpoint is kept across restarts
+        (default: in memory only)."""
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
@@ -70,6 +131,16 @@ class NotaryJournal:
         self._one_round_trip = one_round_trip
         # The entries an outcome's answer carried, good for the very next call only.
         self._fresh: tuple[str, list[Entry]] | None = None
+        self._vkeys = None if vkeys is None else _verifiers(vkeys)
+        self._published: dict[str, list[Verifier]] = {}
+        self._state = None if checkpoint_file is None else Path(checkpoint_file)
+        self._seen = _load_state(self._state)
+        self._rewritten: HistoryRewritten | None = None
+
+    @property
+    def seen_checkpoint(self) -> str | None:
+        """The last signed checkpoint accepted, as its note."""
+        return self._seen
 
     def close(self) -> None:
         self._client.close()
@@ -154,7 +225,106 @@ class NotaryJournal:
         return sorted(entries, key=lambda e: e.seq)
 
     def unsettled(self) -> list[str]:
+        """The effects to recover, once the log is known to extend what was seen before."""
+        self.check_history()
         return [e["effect_id"] for e in self._call("GET", "/v1/effects/unsettled")]
+
+    # --- history ---------------------------------------------------------------------------
+
+    def check_history(self) -> Checkpoint | None:
+        """The log's latest signed checkpoint, verified and proved to extend the last one seen
+        (then remembered in its place); None while the log has none. HistoryRewritten if not."""
+        try:
+            shown = self._call("GET", "/v1/checkpoints/latest")
+        except NotaryError as missing:
+            if missing.status == 404 and self._seen is None:
+                return None
+            if missing.status == 404 and self._seen is not None:
+                self._refuse("the log has no checkpoint now", self._seen, "(none)\n")
+            raise
+        return self._observe(str(shown["note"]))
+
+    def proved_receipt(self, effect_id: str, *, payload_hash: str | None = None) -> ProvedReceipt:
+        """The notary's receipt, checked: its checkpoint extends the last one seen, every entry
+        is proved in it, and every field re-derives from the entries."""
+        query = "" if payload_hash is None else f"?payload_hash={payload_hash}"
+        shown = self._call("GET", f"/v1/effects/{effect_id}/receipt{query}")
+        entries = _entries(shown["entries"])
+        note = shown["checkpoint"]
+        checkpoint = None if note is None else self._observe(str(note))
+        if checkpoint is not None:
+            _check_proofs(entries, shown["proofs"], note, checkpoint)
+        try:
+            receipt = derive_receipt(entries, effect_id, payload_hash=payload_hash)
+        except ReceiptError as exc:
+            raise NotaryError(f"receipt {effect_id}: {exc}") from exc
+        if receipt.to_dict() != shown["receipt"]:
+            raise NotaryError(f"receipt {effect_id}: the notary's fields differ from its entries")
+        return ProvedReceipt(receipt, entries, checkpoint, note)
+
+    def _observe(self, note: str) -> Checkpoint:
+        """Accept `note` if it verifies and extends the remembered checkpoint; remember it."""
+        origin = note.split("\n", 1)[0]
+        try:
+            checkpoint = open_checkpoint(note, self._log_verifiers(origin), origin=origin)
+        except CheckpointError as exc:
+            raise NotaryError(f"the notary's checkpoint does not verify: {exc}") from exc
+        seen = self._seen
+        if seen is None:
+            self._remember(note)
+            return checkpoint
+        before = _unsigned(seen)
+        if before.origin != checkpoint.origin:
+            raise NotaryError(
+                f"the checkpoint remembered is of {before.origin}, the notary's of {origin}"
+            )
+        if checkpoint.size < before.size:
+            self._refuse(f"rolled back from size {before.size} to {checkpoint.size}", seen, note)
+        if checkpoint.size == before.size:
+            if checkpoint.root != before.root:
+                self._refuse(f"forked: two roots at size {before.size}", seen, note)
+            return checkpoint
+        if before.size > 0:
+            self._consistent(before, checkpoint, seen, note)
+        self._remember(note)
+        return checkpoint
+
+    def _consistent(self, before: Checkpoint, after: Checkpoint, seen: str, note: str) -> None:
+        shown = self._call("GET", f"/v1/proofs/consistency?old={before.size}&new={after.size}")
+        try:
+            proof = [base64.b64decode(h, validate=True) for h in shown["hashes"]]
+            verify_consistency(
+                old_size=before.size,
+                new_size=after.size,
+                old_root=before.root,
+                new_root=after.root,
+                proof=proof,
+            )
+        except (ProofError, binascii.Error, KeyError, TypeError) as exc:
+            self._refuse(
+                f"size {after.size} is not consistent with size {before.size}: {exc}", seen, note
+            )
+
+    def _refuse(self, reason: str, seen: str, note: str) -> None:
+        self._rewritten = HistoryRewritten(reason, remembered=seen, received=note)
+        raise self._rewritten
+
+    def _log_verifiers(self, origin: str) -> list[Verifier]:
+        if self._vkeys is not None:
+            keys = [key for key in self._vkeys if key.name == origin]
+            if not keys:
+                raise NotaryError(f"no trusted vkey is named {origin!r}, the log's origin")
+            return keys
+        if origin not in self._published:
+            shown = self._call("GET", f"/v1/logs/{origin}/vkey")
+            keys = _verifiers([item["vkey"] for item in shown["vkeys"]])
+            self._published[origin] = [key for key in keys if key.name == origin]
+        return self._published[origin]
+
+    def _remember(self, note: str) -> None:
+        self._seen = note
+        if self._state is not None:
+            _write_state(self._state, note)
 
     def target_declaration(self, name: str) -> TargetDeclaration:
         """The notary's record of the target: the declaration recovery goes by."""
@@ -220,6 +390,8 @@ class NotaryJournal:
 
     def _call(self, method: str, path: str, *, json: Any = None, retry: bool = True) -> Any:
         self._fresh = None
+        if self._rewritten is not None:
+            raise self._rewritten  # nothing this notary says is taken as valid any more
         attempts = 1 + (self._retries if retry else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1
@@ -273,3 +445,74 @@ def _duration(seconds: float | None) -> timedelta | None:
 
 def _timestamp(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _verifiers(vkeys: Sequence[str]) -> list[Verifier]:
+    try:
+        return [parse_vkey(vkey) for vkey in vkeys]
+    except NoteError as exc:
+        raise NotaryError(f"unreadable vkey: {exc}") from exc
+
+
+def _unsigned(note: str) -> Checkpoint:
+    """A remembered note's checkpoint (it was verified when it was accepted)."""
+    return parse_checkpoint_text(note[: note.rindex("\n\n") + 1])
+
+
+def _check_proofs(
+    entries: list[Entry], proofs: Mapping[str, Any], note: str, checkpoint: Checkpoint
+) -> None:
+    """Every entry proved included in the checkpoint's tree, by a proof against that note."""
+    for entry in entries:
+        text = proofs.get(str(entry.seq))
+        if text is None and entry.seq >= checkpoint.size:
+            continue  # appended since the checkpoint: proved once a later one covers it
+        if text is None:
+            raise NotaryError(f"entry {entry.seq} has no proof against the checkpoint")
+        try:
+            proof = parse_tlog_proof(str(text))
+            if proof.signed_checkpoint != note or proof.index != entry.seq:
+                raise CheckpointError("the proof is for another entry or checkpoint")
+            verify_inclusion(
+                leaf_hash=leaf_hash(entry.leaf_bytes()),
+                index=entry.seq,
+                size=checkpoint.size,
+                proof=proof.hashes,
+                root=checkpoint.root,
+            )
+        except (CheckpointError, ProofError) as exc:
+            raise NotaryError(f"entry {entry.seq} is not proved in the checkpoint: {exc}") from exc
+
+
+def _load_state(path: Path | None) -> str | None:
+    """The remembered checkpoint note, if the state file holds one."""
+    if path is None or not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if state.get("format") != STATE_FORMAT or not isinstance(state.get("note"), str):
+            raise ValueError(f"not an {STATE_FORMAT} file")
+        note = str(state["note"])
+        _unsigned(note)
+    except (OSError, ValueError, AttributeError, CheckpointError) as exc:
+        raise JournalError(f"checkpoint file {path}: {exc}") from exc
+    return note
+
+
+def _write_state(path: Path, note: str) -> None:
+    """Replace the state file atomically: a crash leaves the old note or the new, never half."""
+    data = json.dumps({"format": STATE_FORMAT, "note": note}).encode("utf-8")
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        with temporary.open("wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as exc:
+        raise JournalError(f"checkpoint file {path}: cannot write: {exc}") from exc

@@ -1,8 +1,9 @@
 """Verify a receipts export offline: no Django, no network, only the export and trusted keys.
 
     python -m gate_client.verify EXPORT --vkey VKEY [--vkey VKEY ...]
+        [--known-checkpoint FILE ...]
 
-Four separate verdicts:
+Five separate verdicts:
 - authenticity: the export's checkpoint is signed by a key the auditor trusts (--vkey, given
   as many times as the notary has rotated keys), for the log the export names: a key is used
   under its own name only, which must be the log's origin (`GET /v1/logs/<origin>/vkey`), so
@@ -13,8 +14,13 @@ Four separate verdicts:
   in order, up to a footer that counts what came before it, and every effect the filter
   selects (its state derived from its entries, wherever they are) has its receipt line; what
   is missing is named (the seqs no line carries, the effect without a receipt);
+- history: every --known-checkpoint (a checkpoint of the log kept outside the export, e.g. one
+  an agent or auditor saw earlier) verifies with the trusted keys, and the export's tree extends
+  it: the same size has the same root, a larger one means the export's log was rolled back, and
+  a smaller one must be the root of the export's first entries (which the export carries in
+  full, every one proved in its tree, so the check needs no proof from the notary);
 - outcomes: how many receipts ended in each final state.
-It exits 0 when the first three hold, and 1 naming the first bad line and receipt otherwise."""
+It exits 0 when the first four hold, and 1 naming the first bad line and receipt otherwise."""
 
 from __future__ import annotations
 
@@ -38,11 +44,11 @@ from ledger.core.checkpoint import (
     parse_tlog_proof,
 )
 from ledger.core.entries import Entry, EntryError, entry_from_leaf
-from ledger.core.merkle import ProofError, leaf_hash, verify_inclusion
+from ledger.core.merkle import Frontier, ProofError, leaf_hash, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
 
 EXPORT_FORMAT = "interlock-receipts-export/v1"
-VERDICTS = ("authenticity", "integrity", "completeness")
+VERDICTS = ("authenticity", "integrity", "completeness", "history")
 
 
 class Failure(Exception):
@@ -61,14 +67,30 @@ class Report:
     entries: int = 0  # entry lines
     proved: int = 0  # entries proved in the tree, copies included
     outcomes: Counter[str] = field(default_factory=Counter)
+    known: int = 0  # known checkpoints the export's tree was found consistent with
 
 
-def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report:
+@dataclass(frozen=True)
+class KnownCheckpoint:
+    """A signed checkpoint held outside the export, and where it came from (for messages)."""
+
+    where: str
+    note: str
+
+
+def verify_export(
+    lines: Iterable[bytes],
+    trusted: Iterable[Verifier],
+    *,
+    known: Iterable[KnownCheckpoint] = (),
+) -> Report:
     """Check an export line by line; raise Failure at the first thing wrong."""
     numbered = enumerate(lines, start=1)
     header = _header(next(numbered, (1, b""))[1])
-    checkpoint = _authentic_checkpoint(header, trusted)
-    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header))
+    keys = list(trusted)
+    checkpoint = _authentic_checkpoint(header, keys)
+    held = _History.of(list(known), keys, header["checkpoint"], checkpoint)
+    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header), held)
     report = Report(origin=header["origin"], size=checkpoint.size)
     for number, raw in numbered:
         where = f"line {number}"
@@ -79,7 +101,93 @@ def verify_export(lines: Iterable[bytes], trusted: Iterable[Verifier]) -> Report
             print(f"\r{number:,} lines verified", end="", file=sys.stderr, flush=True)
     state.complete()
     report.proved = state.proved
+    report.known = held.check()
     return report
+
+
+class _History:
+    """The known checkpoints, checked against the export's tree: those of its size or larger
+    at once (from the notes alone), the smaller ones once every entry is in, from the root of
+    the export's first entries (their leaf hashes are kept only when one is needed)."""
+
+    def __init__(
+        self,
+        export_note: str,
+        export: Checkpoint,
+        prefixes: list[tuple[KnownCheckpoint, Checkpoint]],
+    ) -> None:
+        self.export_note = export_note
+        self.export = export
+        self.prefixes = prefixes
+        self.count = 0
+        self.leaves: bytearray | None = None
+
+    @classmethod
+    def of(
+        cls,
+        known: list[KnownCheckpoint],
+        keys: list[Verifier],
+        export_note: str,
+        export: Checkpoint,
+    ) -> _History:
+        held = cls(export_note, export, [])
+        for given in known:
+            checkpoint = held.opened(given, keys)
+            if checkpoint.size > export.size:
+                held.rewritten(
+                    given,
+                    f"a rollback: the log was signed at size {checkpoint.size}, the export's "
+                    f"checkpoint is smaller ({export.size})",
+                )
+            if checkpoint.size == export.size and checkpoint.root != export.root:
+                held.rewritten(
+                    given, f"a fork: two checkpoints of size {export.size}, roots differ"
+                )
+            if 0 < checkpoint.size < export.size:
+                held.prefixes.append((given, checkpoint))
+            else:
+                held.count += 1
+        if held.prefixes:
+            held.leaves = bytearray(32 * max(c.size for _, c in held.prefixes))
+        return held
+
+    def opened(self, given: KnownCheckpoint, keys: list[Verifier]) -> Checkpoint:
+        origin = self.export.origin
+        try:
+            return open_checkpoint(given.note, [k for k in keys if k.name == origin], origin=origin)
+        except CheckpointError as exc:
+            raise Failure(
+                "history", given.where, f"not a checkpoint of {origin} by a trusted key: {exc}"
+            ) from exc
+
+    def rewritten(self, given: KnownCheckpoint, what: str) -> None:
+        raise Failure(
+            "history",
+            given.where,
+            f"history rewritten, {what}\n--- known checkpoint ---\n{given.note}"
+            f"--- the export's checkpoint ---\n{self.export_note}",
+        )
+
+    def leaf(self, seq: int, entry_hash: bytes) -> None:
+        if self.leaves is not None and 32 * seq < len(self.leaves):
+            self.leaves[32 * seq : 32 * seq + 32] = entry_hash
+
+    def check(self) -> int:
+        """The prefix checks, once every entry is in; the number of known checkpoints."""
+        if self.leaves is None:
+            return self.count
+        frontier = Frontier()
+        for given, checkpoint in sorted(self.prefixes, key=lambda pair: pair[1].size):
+            while frontier.size < checkpoint.size:
+                start = 32 * frontier.size
+                frontier.append(bytes(self.leaves[start : start + 32]))
+            if frontier.root() != checkpoint.root:
+                self.rewritten(
+                    given,
+                    f"a fork: the export's first {checkpoint.size} entries have another root "
+                    "than the known checkpoint of that size",
+                )
+        return self.count + len(self.prefixes)
 
 
 def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -> Checkpoint:
@@ -139,10 +247,11 @@ class _Walk:
     their states once all are in (with a state filter, an effect left to entry lines must be
     one whose state the filter refuses)."""
 
-    def __init__(self, note: str, checkpoint: Checkpoint, wanted: _Filter) -> None:
+    def __init__(self, note: str, checkpoint: Checkpoint, wanted: _Filter, held: _History) -> None:
         self.note = note
         self.checkpoint = checkpoint
         self.wanted = wanted
+        self.held = held
         self.seen = bytearray(checkpoint.size)
         self.copies: dict[int, bytes] = {}
         self.last_effect = ""
@@ -310,6 +419,7 @@ class _Walk:
         if self.seen[entry.seq]:
             raise Failure("completeness", where, f"entry {entry.seq} appears twice")
         self.seen[entry.seq] = 1
+        self.held.leaf(entry.seq, entry.entry_hash)
         copy = self.copies.pop(entry.seq, None)
         if copy is not None and copy != entry.entry_hash:
             raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
@@ -415,14 +525,24 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="a trusted key of the export's log, named after its origin (repeat per rotation)",
     )
+    parser.add_argument(
+        "--known-checkpoint",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a signed checkpoint of the log seen before (repeatable): the export's tree must "
+        "extend it, or the log was rolled back or forked",
+    )
     args = parser.parse_args(argv)
     try:
         trusted = [parse_vkey(vkey) for vkey in args.vkey]
     except NoteError as exc:
         parser.error(f"--vkey: {exc}")
+    known = _known_checkpoints(parser, args.known_checkpoint)
     with args.export.open("rb") as export:
         try:
-            report = verify_export((line.rstrip(b"\n") for line in export), trusted)
+            report = verify_export((line.rstrip(b"\n") for line in export), trusted, known=known)
         except Failure as failure:
             for verdict in VERDICTS:
                 if verdict == failure.verdict:
@@ -438,10 +558,24 @@ def main(argv: list[str] | None = None) -> int:
         f"{report.proved:,} entries proved in the tree"
     )
     print(f"completeness: OK  every entry of [0, {report.size}) present once, in order")
+    if report.known:
+        print(f"history: OK  the export's tree extends {report.known} known checkpoint(s)")
+    else:
+        print("history: not checked: no --known-checkpoint given")
     print("outcomes:")
     for state, count in sorted(report.outcomes.items()):
         print(f"  {state:<34} {count:>8,}")
     return 0
+
+
+def _known_checkpoints(parser: argparse.ArgumentParser, files: list[Path]) -> list[KnownCheckpoint]:
+    known = []
+    for path in files:
+        try:
+            known.append(KnownCheckpoint(str(path), path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            parser.error(f"--known-checkpoint {path}: {exc}")
+    return known
 
 
 if __name__ == "__main__":

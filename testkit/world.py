@@ -23,6 +23,29 @@ from gate_client.targets import (
 )
 
 
+class NoOpTarget:
+    """A tier-1 target that acts every time it is asked and remembers what it sent."""
+
+    name = "noop"
+    tier = Tier.DEDUPES
+    queryable = True
+    key_window: timedelta | None = timedelta(hours=24)
+    max_inflight = timedelta(seconds=1)
+    evidence_window: timedelta | None = None
+    attests_before_acting = False
+    lookup_needs_key = False
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
+        self.sent.append(effect_id)
+        return Sent(f"ref_{len(self.sent)}")
+
+    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
+        return Found(f"ref_{effect_id}")
+
+
 class SimulatedCrash(BaseException):
     """The calling process dies here: nothing after this point runs, the journal stays."""
 

@@ -18,38 +18,18 @@ from gate_client.journal import DispatchRequest, JournalError
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import verify_receipt
-from gate_client.targets import Found, InDoubt, LookupOutcome, SendOutcome, Sent, Tier
+from gate_client.targets import InDoubt, SendOutcome, Tier
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Lease, Tenant
 from testkit.factories import leased
 from testkit.notary_server import free_port, running_notary
 from testkit.paths import child_database_url
+from testkit.world import NoOpTarget
 
 pytestmark = pytest.mark.slow
 EVIDENCE_WINDOW = timedelta(milliseconds=500)
 MAIL_INFLIGHT = timedelta(milliseconds=100)
-
-
-class NoOpTarget:
-    name = "noop"
-    tier = Tier.DEDUPES
-    queryable = True
-    key_window: timedelta | None = timedelta(hours=24)
-    max_inflight = timedelta(seconds=1)
-    evidence_window: timedelta | None = None
-    attests_before_acting = False
-    lookup_needs_key = False
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
-        self.sent.append(effect_id)
-        return Sent(f"ref_{len(self.sent)}")
-
-    def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
-        return Found(f"ref_{effect_id}")
 
 
 class CountingTransport(httpx.HTTPTransport):

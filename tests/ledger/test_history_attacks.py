@@ -25,10 +25,10 @@ from django.db import DatabaseError, connection, transaction
 
 from ledger import services
 from ledger.core.canonical import canonical_json
-from ledger.core.entries import genesis_hash, seal_entry
 from ledger.core.merkle import Frontier
-from ledger.models import Checkpoint, Entry, Log, MerkleNode
+from ledger.models import Checkpoint, Log
 from ledger.services import NewEntry, TreeHeadRefused
+from testkit.insider import cover_tracks, drop_ledger_triggers, execute
 
 pytestmark = pytest.mark.django_db
 
@@ -80,46 +80,6 @@ def verify_ledger_failure(log: Log, *held: Path) -> str:
 
 
 # --- The attacker -----------------------------------------------------------------------------
-
-
-def execute(sql: str, params: list[Any]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
-def drop_every_trigger() -> None:
-    """Entries', nodes', checkpoints' and the log head's row triggers."""
-    for table in ("ledger_entry", "ledger_merklenode", "ledger_checkpoint"):
-        execute(f"DROP TRIGGER {table}_append_only ON {table}", [])
-    execute("DROP TRIGGER ledger_log_forward_only ON ledger_log", [])
-
-
-def cover_tracks(log: Log) -> None:
-    """Re-seal the chain of the entries as they now stand, rebuild every Merkle node in append
-    order and rewrite the head: the database agrees with itself again (as in test_tamper)."""
-    prev_hash, frontier, nodes = genesis_hash(log.origin), Frontier(), list[MerkleNode]()
-    for position, row in enumerate(Entry.objects.filter(log=log).order_by("seq")):
-        sealed = seal_entry(
-            seq=position,
-            kind=row.kind,
-            effect_id=row.effect_id,
-            body=bytes(row.body),
-            created_at=row.created_at,
-            prev_hash=prev_hash,
-        )
-        Entry.objects.filter(pk=row.pk).update(
-            seq=sealed.seq, prev_hash=sealed.prev_hash, entry_hash=sealed.entry_hash
-        )
-        nodes.extend(
-            MerkleNode(log=log, level=level, index=index, hash=node)
-            for (level, index), node in frontier.append(sealed.entry_hash)
-        )
-        prev_hash = sealed.entry_hash
-    MerkleNode.objects.filter(log=log).delete()
-    MerkleNode.objects.bulk_create(nodes)
-    Log.objects.filter(pk=log.pk).update(
-        size=frontier.size, head_hash=prev_hash, frontier=frontier.to_bytes()
-    )
 
 
 def cut(log: Log, *, keep: int) -> None:
@@ -208,7 +168,7 @@ def test_a_rewritten_frontier_is_never_signed(
     size. Signing folds the root from the stored nodes instead, sees they differ, and refuses."""
     log = held.log
     grow(log, 40, 45)
-    drop_every_trigger()
+    drop_ledger_triggers()
     other = Frontier()
     for n in range(45):
         other.append(bytes([n]) * 32)
@@ -223,7 +183,7 @@ def test_a_head_naming_no_entry_is_never_signed(
 ) -> None:
     log = held.log
     grow(log, 40, 41)
-    drop_every_trigger()
+    drop_ledger_triggers()
     execute("UPDATE ledger_log SET head_hash = %s WHERE id = %s", [bytes(32), log.pk])
     assert_signing_refused(log, signer, caplog, r"the log head does not name the last entry")
 
@@ -233,7 +193,7 @@ def test_a_rollback_below_a_stored_checkpoint_is_never_signed(
 ) -> None:
     """Item 1, cut the last entries and reset the head: the checkpoint of size 40 is still
     stored, so signing refuses a smaller tree; verify_ledger fails at the cut too."""
-    drop_every_trigger()
+    drop_ledger_triggers()
     cut(held.log, keep=30)
     assert_signing_refused(held.log, signer, caplog, "the log has 30 entries but a checkpoint")
     assert "missing: the log ends before seq 30" in verify_ledger_failure(held.log)
@@ -246,7 +206,7 @@ def test_a_rollback_with_its_checkpoints_removed_fails_the_held_checkpoint(
     with itself and a checkpoint of the shorter tree even gets signed (it extends the one of
     size 20). An auditor's kept checkpoint of size 40 is what exposes it."""
     log = held.log
-    drop_every_trigger()
+    drop_ledger_triggers()
     cut(log, keep=30)
     forget_checkpoints(log, above=20)
     assert sign(log, signer).size == 30  # an honest prefix: nothing signing could object to
@@ -262,7 +222,7 @@ def test_cut_and_regrow_is_never_signed_over_a_stored_checkpoint(
     """Item 1, cut and regrow to the same size with other entries: signing would return (or
     sign) a second root for size 40; the stored checkpoint's root differs and it refuses."""
     log = held.log
-    drop_every_trigger()
+    drop_ledger_triggers()
     cut(log, keep=30)
     grow(log, 30, 40, tag="forged")
     assert_signing_refused(
@@ -277,7 +237,7 @@ def test_cut_and_regrow_with_its_checkpoints_removed_fails_the_held_checkpoint(
     size 40. verify_ledger passes on the database alone, and fails with the checkpoint kept,
     naming both roots."""
     log = held.log
-    drop_every_trigger()
+    drop_ledger_triggers()
     cut(log, keep=30)
     forget_checkpoints(log, above=20)
     grow(log, 30, 40, tag="forged")
@@ -296,7 +256,7 @@ def test_a_changed_old_entry_with_every_hash_recomputed_is_never_signed(
     tree is not consistent with the latest stored checkpoint, and signing refuses."""
     log = held.log
     grow(log, 40, 44)
-    drop_every_trigger()
+    drop_ledger_triggers()
     body = canonical_json({"n": 7, "tag": "forged", "amount_cents": 1})
     execute("UPDATE ledger_entry SET body = %s WHERE log_id = %s AND seq = 7", [body, log.pk])
     cover_tracks(log)
@@ -309,7 +269,7 @@ def test_a_changed_old_entry_with_every_checkpoint_removed_fails_held_checkpoint
     held: Held, signer: object
 ) -> None:
     log = held.log
-    drop_every_trigger()
+    drop_ledger_triggers()
     body = canonical_json({"n": 7, "tag": "forged", "amount_cents": 1})
     execute("UPDATE ledger_entry SET body = %s WHERE log_id = %s AND seq = 7", [body, log.pk])
     cover_tracks(log)
@@ -326,7 +286,7 @@ def test_truncate_with_allow_truncate_fails_the_held_checkpoint(held: Held) -> N
     """Item 1, TRUNCATE with ledger.allow_truncate (the test settings' own session allows it),
     the head reset to empty past its dropped trigger: an empty log, OK on its own."""
     log = held.log
-    drop_every_trigger()
+    drop_ledger_triggers()
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL ledger.allow_truncate = 'on'")
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -360,7 +320,7 @@ def test_the_beat_task_signs_every_other_log_when_one_is_refused(
     honest = make_log()
     grow(honest, 0, 3)
     grow(held.log, 40, 45)
-    drop_every_trigger()
+    drop_ledger_triggers()
     other = Frontier()
     for n in range(45):
         other.append(bytes([n]) * 32)

@@ -13,7 +13,6 @@ import io
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -24,15 +23,15 @@ from ledger import selectors, services
 from ledger.core import merkle
 from ledger.core.canonical import canonical_json
 from ledger.core.checkpoint import log_verifier, open_checkpoint
-from ledger.core.entries import EntryKind, genesis_hash, seal_entry
-from ledger.core.merkle import Frontier, ProofError
+from ledger.core.entries import EntryKind
+from ledger.core.merkle import ProofError
 from ledger.core.note import Signer, Verifier
 from ledger.models import Checkpoint, Entry, Log, MerkleNode
 from ledger.services import NewEntry
+from testkit.insider import APPEND_ONLY_TABLES, cover_tracks, drop_ledger_triggers, execute
 
 SIZE = 40
 CHECKPOINT_SIZES = (20, 40)
-APPEND_ONLY_TABLES = ("ledger_entry", "ledger_merklenode", "ledger_checkpoint")
 # A seq no test log reaches, to park a row on while swapping two seqs.
 PARKING_SEQ = 10**9
 
@@ -121,19 +120,7 @@ def prove_held_checkpoint(signed: SignedLog, size: int) -> None:
     )
 
 
-def execute(sql: str, params: list[Any]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-
-
 # --- The attacker -----------------------------------------------------------------------------
-
-
-def drop_append_only_triggers() -> None:
-    for table in APPEND_ONLY_TABLES:
-        execute(f"DROP TRIGGER {table}_append_only ON {table}", [])
-    # The log head only moves forward (migration 0005); an attacker drops that trigger too.
-    execute("DROP TRIGGER ledger_log_forward_only ON ledger_log", [])
 
 
 def change_body(log: Log, seq: int) -> None:
@@ -155,44 +142,6 @@ def swap_pair(log: Log, seq: int) -> None:
 
 def truncate_tail(log: Log, seq: int) -> None:
     execute("DELETE FROM ledger_entry WHERE log_id = %s AND seq >= %s", [log.pk, seq])
-
-
-def cover_tracks(log: Log) -> None:
-    """Make every derived value agree with the tampered entries, as they now stand in seq order.
-
-    Renumbers the entries 0..n-1 and re-seals the chain (only rows from the tampered position on
-    change), rebuilds every Merkle node in append order (so id order is append order again), and
-    rewrites the log head. Only signing is beyond the attacker: no new checkpoint can be made."""
-    prev_hash = genesis_hash(log.origin)
-    frontier = Frontier()
-    nodes: list[MerkleNode] = []
-    for position, row in enumerate(Entry.objects.filter(log=log).order_by("seq")):
-        sealed = seal_entry(
-            seq=position,
-            kind=row.kind,
-            effect_id=row.effect_id,
-            body=bytes(row.body),
-            created_at=row.created_at,
-            prev_hash=prev_hash,
-        )
-        if (row.seq, bytes(row.prev_hash), bytes(row.entry_hash)) != (
-            sealed.seq,
-            sealed.prev_hash,
-            sealed.entry_hash,
-        ):
-            Entry.objects.filter(pk=row.pk).update(
-                seq=sealed.seq, prev_hash=sealed.prev_hash, entry_hash=sealed.entry_hash
-            )
-        nodes.extend(
-            MerkleNode(log=log, level=level, index=index, hash=node)
-            for (level, index), node in frontier.append(sealed.entry_hash)
-        )
-        prev_hash = sealed.entry_hash
-    MerkleNode.objects.filter(log=log).delete()
-    MerkleNode.objects.bulk_create(nodes)
-    Log.objects.filter(pk=log.pk).update(
-        size=frontier.size, head_hash=prev_hash, frontier=frontier.to_bytes()
-    )
 
 
 # --- Without the attacker: the database refuses -----------------------------------------------
@@ -386,7 +335,7 @@ def test_naive_tamper_fails_verify_ledger_at_the_tampered_seq(
     signed_log: SignedLog, case: Tamper
 ) -> None:
     """Touching entries alone breaks the chain (or the seq run) right where it was touched."""
-    drop_append_only_triggers()
+    drop_ledger_triggers()
     assert append_only_triggers() == set()
 
     case.tamper(signed_log.log, case.at)
@@ -403,7 +352,7 @@ def test_covered_tracks_still_fail_consistency_with_held_checkpoints(
     The stored checkpoints name it; with those deleted too the log verifies on its own, and only
     the checkpoint an auditor kept tells: its consistency proof fails."""
     log = signed_log.log
-    drop_append_only_triggers()
+    drop_ledger_triggers()
     case.tamper(log, case.at)
     cover_tracks(log)
 
@@ -429,7 +378,7 @@ def test_truncated_log_regrown_past_held_checkpoints_still_fails_their_proofs(
 ) -> None:
     """Growing back past a kept checkpoint's size buys a proof, but never one that verifies."""
     log = signed_log.log
-    drop_append_only_triggers()
+    drop_ledger_triggers()
     truncate_tail(log, cut)
     cover_tracks(log)
     for n in range(cut, SIZE + 5):
@@ -442,7 +391,7 @@ def test_truncated_log_regrown_past_held_checkpoints_still_fails_their_proofs(
 
 def test_failed_verify_ledger_leaves_no_cursor_open(signed_log: SignedLog) -> None:
     """A failed verification must not leave cursors behind on the caller's connection."""
-    drop_append_only_triggers()
+    drop_ledger_triggers()
     delete_row(signed_log.log, 7)
     with pytest.raises(CommandError):
         verify_ledger(signed_log.log)

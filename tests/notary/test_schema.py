@@ -13,7 +13,6 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -25,45 +24,26 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.errors import FailureGroup
 
 from gate_client.proposal import Proposal
-from notary import services
-from notary.models import Tenant
 from notary.wsgi import application
-from testkit.factories import leased
+from testkit.schema_records import ROLES, SchemaRecords, schema_records
 
 # Committed rows, not a test transaction: a request that breaks its transaction must not turn
 # every later request into a 500.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MAX_EXAMPLES = 20  # per operation, per generation mode, per source of path parameters
-ROLES = ("agent", "approver", "service", "auditor")  # the order roles are tried in
 
 
-@dataclass(frozen=True)
-class Fixture:
-    tenant: Tenant
-    tokens: dict[str, str]
-    effect_id: str  # proposed and dispatched (attempt 1), no outcome yet
-    lease_id: str
-
-    @property
-    def ids(self) -> dict[str, str]:
-        return {
-            "effect_id": self.effect_id,
-            "lease_id": self.lease_id,
-            "name": "refunds",
-            "origin": self.tenant.log.origin,
-        }
-
-    def headers_for(self, operation: Any) -> dict[str, str]:
-        """A key of the first role the operation admits (a bare request of another role is
-        refused with 403 before its input is read), so requests get past the permission check."""
-        names = {p.name for p in operation.path_parameters}
-        bare = operation.Case(path_parameters={name: self.ids[name] for name in names})
-        for role in ROLES:
-            headers = {"Authorization": f"Bearer {self.tokens[role]}"}
-            if bare.call(headers=headers).status_code != 403:
-                return headers
-        raise AssertionError(f"{operation.label}: every role is refused")
+def headers_for(records: SchemaRecords, operation: Any) -> dict[str, str]:
+    """A key of the first role the operation admits (a bare request of another role is
+    refused with 403 before its input is read), so requests get past the permission check."""
+    names = {p.name for p in operation.path_parameters}
+    bare = operation.Case(path_parameters={name: records.ids[name] for name in names})
+    for role in ROLES:
+        headers = {"Authorization": f"Bearer {records.tokens[role]}"}
+        if bare.call(headers=headers).status_code != 403:
+            return headers
+    raise AssertionError(f"{operation.label}: every role is refused")
 
 
 def proposed_body(proposal: Proposal, *observed: Any) -> dict[str, Any]:
@@ -74,32 +54,8 @@ def proposed_body(proposal: Proposal, *observed: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def notary() -> Fixture:
-    """A tenant with a target, a lease, and an effect proposed and dispatched under it, so
-    operations also run against records that exist."""
-    tenant = services.tenant_create(slug="schema-fuzz", name="Schema fuzzing")
-    services.target_register(
-        tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
-    )
-    lease = leased(tenant, "case_1", "refund", requested_by="refund-bot")
-    proposal = Proposal(
-        case_id="case_1",
-        target="refunds",
-        action="refund",
-        payload={"amount_cents": 100},
-        lease_id=lease.lease_id,
-        tenant=tenant.slug,
-    )
-    body = proposed_body(proposal)
-    services.effect_propose(tenant=tenant, effect_id=proposal.effect_id, proposal=body)
-    services.effect_dispatch(
-        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
-    )
-    tokens = {
-        role: services.api_key_issue(tenant=tenant, role=role, holder=f"{role}-holder")[1]
-        for role in ROLES
-    }
-    return Fixture(tenant, tokens, proposal.effect_id, lease.lease_id)
+def notary() -> SchemaRecords:
+    return schema_records("schema-fuzz")
 
 
 @pytest.fixture
@@ -172,7 +128,7 @@ def fuzz(
 
 
 def test_no_operation_answers_with_a_server_error(
-    notary: Fixture, schema: Any, raised: list[BaseException]
+    notary: SchemaRecords, schema: Any, raised: list[BaseException]
 ) -> None:
     # The webhook receiver takes no key: test_schema_conformance fuzzes it with signed bodies.
     operations = [
@@ -185,7 +141,7 @@ def test_no_operation_answers_with_a_server_error(
     statuses: Counter[tuple[str, int]] = Counter()
 
     for operation in operations:
-        headers = notary.headers_for(operation)
+        headers = headers_for(notary, operation)
         names = {p.name for p in operation.path_parameters}
         sources: list[dict[str, str] | None] = [None]  # generated ids: mostly "not found"
         if names:
@@ -218,11 +174,11 @@ class Edge:
     method: str
     path: str
     path_parameters: dict[str, str] | None = None
-    body: Any = None  # or a function of the Fixture, for a body naming its records
+    body: Any = None  # or a function of the SchemaRecords, for a body naming its records
     query: dict[str, Any] | None = None
 
 
-def big_premise_proposal(notary: Fixture) -> dict[str, Any]:
+def big_premise_proposal(notary: SchemaRecords) -> dict[str, Any]:
     """A well-formed proposal of a new effect whose one premise observed 2**70."""
     proposal = Proposal(
         case_id="case_big",
@@ -324,7 +280,7 @@ EDGES = [
 
 @pytest.mark.parametrize("edge", EDGES, ids=[edge.why for edge in EDGES])
 def test_edge_inputs_are_refused_without_a_server_error(
-    notary: Fixture, schema: Any, raised: list[BaseException], edge: Edge
+    notary: SchemaRecords, schema: Any, raised: list[BaseException], edge: Edge
 ) -> None:
     operation = schema[edge.path][edge.method]
     path_parameters = edge.path_parameters
@@ -335,7 +291,7 @@ def test_edge_inputs_are_refused_without_a_server_error(
         body = edge.body(notary) if callable(edge.body) else edge.body
         kwargs |= {"body": body, "media_type": "application/json"}
     case = operation.Case(**kwargs)
-    headers = notary.headers_for(operation)
+    headers = headers_for(notary, operation)
     before = len(raised)
     response = case.call(headers=headers)
     problem = server_error(case, response, headers, raised[before] if raised[before:] else None)

@@ -28,7 +28,6 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,20 +47,17 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gate_client.proposal import Proposal
-from ledger import services as ledger_services
 from ledger.keys import load_signing_key
 from ledger.models import Entry
 from notary import services
 from notary.models import Tenant
 from notary.wsgi import application
-from testkit.factories import leased
+from testkit.schema_records import ROLES, SchemaRecords, schema_records
 from testkit.webhook_signing import as_headers, new_secret, signed_headers
 from webhooks import services as webhook_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROLES = ("agent", "approver", "service", "auditor")
 ADMITTED_EXAMPLES = 25  # per operation, mode and source of ids, for a role the operation admits
 REFUSED_EXAMPLES = 4  # for a role it refuses (403) or no key (401): the refusal is what counts
 WEBHOOK_EXAMPLES = 40  # per provider and mode, under WEBHOOK_UNVERIFIED_PER_MINUTE (60)
@@ -92,57 +88,9 @@ CHECKS = [
 ]
 
 
-@dataclass(frozen=True)
-class Fixture:
-    tenant: Tenant
-    tokens: dict[str, str]
-    effect_id: str  # proposed and dispatched (attempt 1), no outcome yet
-    lease_id: str
-
-    @property
-    def ids(self) -> dict[str, str]:
-        return {
-            "effect_id": self.effect_id,
-            "lease_id": self.lease_id,
-            "name": "refunds",
-            "origin": self.tenant.log.origin,
-        }
-
-
 @pytest.fixture
-def notary(signing_key_file: Path) -> Fixture:
-    """A tenant with a target, a lease, an effect proposed and dispatched under it, a signed
-    checkpoint, and a key of each role."""
-    tenant = services.tenant_create(slug="schema-conformance", name="Schema conformance")
-    services.target_register(
-        tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
-    )
-    lease = leased(tenant, "case_1", "refund", requested_by="refund-bot")
-    proposal = Proposal(
-        case_id="case_1",
-        target="refunds",
-        action="refund",
-        payload={"amount_cents": 100},
-        lease_id=lease.lease_id,
-        tenant=tenant.slug,
-    )
-    services.effect_propose(
-        tenant=tenant, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
-    )
-    services.effect_dispatch(
-        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
-    )
-    ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key(signing_key_file))
-    tokens = {
-        role: services.api_key_issue(
-            tenant=tenant,
-            role=role,
-            holder=f"{role}-holder",
-            targets=["refunds"] if role == "service" else [],
-        )[1]
-        for role in ROLES
-    }
-    return Fixture(tenant, tokens, proposal.effect_id, lease.lease_id)
+def notary(signing_key_file: Path) -> SchemaRecords:
+    return schema_records("schema-conformance", signer=load_signing_key(signing_key_file))
 
 
 @pytest.fixture
@@ -242,7 +190,7 @@ def run(
         exercise()
 
 
-def admits(operation: Any, fixture: Fixture, role: str) -> bool:
+def admits(operation: Any, fixture: SchemaRecords, role: str) -> bool:
     """Whether a bare request with this role's key gets past the permission check."""
     names = {p.name for p in operation.path_parameters}
     bare = operation.Case(path_parameters={name: fixture.ids[name] for name in names})
@@ -254,7 +202,7 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 
 
 @pytest.mark.parametrize("role", [*ROLES, "anonymous"])
-def test_the_api_conforms_to_its_schema(notary: Fixture, schema: Any, role: str) -> None:
+def test_the_api_conforms_to_its_schema(notary: SchemaRecords, schema: Any, role: str) -> None:
     findings = Findings()
     headers = {} if role == "anonymous" else {"Authorization": f"Bearer {notary.tokens[role]}"}
     schema.config.update(headers=headers)  # the key as schemathesis' own: never negated
@@ -289,7 +237,7 @@ def test_the_api_conforms_to_its_schema(notary: Fixture, schema: Any, role: str)
 
 @pytest.mark.parametrize("provider", ["stripe", "resend", "standard"])
 def test_the_webhook_receiver_conforms_with_signed_bodies(
-    notary: Fixture, schema: Any, provider: str
+    notary: SchemaRecords, schema: Any, provider: str
 ) -> None:
     """Generated bodies, each signed by the provider's own library over the exact bytes sent:
     the answers past the signature check are held to the schema as the API's are."""

@@ -1,0 +1,166 @@
+"""C2SP tlog-cosignature `cosignature/v1` (Ed25519): keys, key ids, and the signed message.
+
+- key id: SHA-256(name || 0x0A || 0x04 || 32-byte public key)[:4]
+- signature line: ``— <name> base64(key id || u64 big-endian timestamp || Ed25519 signature)``
+- signed message: ``cosignature/v1\\ntime <timestamp>\\n`` followed by the checkpoint's note body
+- vkey: ``<name>+<key id hex>+base64(0x04 || public key)``; the key file holds the same form with
+  the seed: ``PRIVATE+KEY+<name>+<key id hex>+base64(0x04 || seed)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ledger.core.note import is_valid_key_name
+
+ALG_COSIGNATURE_V1 = 0x04
+HEADER = "cosignature/v1\n"
+MAX_TIMESTAMP = 2**63 - 1
+_SIG_PREFIX = "\u2014 "
+
+
+class CosignatureError(ValueError):
+    """A cosigner key or cosignature is malformed or does not verify."""
+
+
+def cosigner_key_id(name: str, public_key: bytes) -> int:
+    digest = hashlib.sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key)
+    return int.from_bytes(digest.digest()[:4], "big")
+
+
+def signed_message(body: str, timestamp: int) -> bytes:
+    """What a cosignature/v1 signs: the header line, the time line, the note body."""
+    if not 0 < timestamp <= MAX_TIMESTAMP:
+        raise CosignatureError(f"timestamp {timestamp} is not in 1..2^63-1")
+    if not body.endswith("\n"):
+        raise CosignatureError("the cosigned note body must end in a newline")
+    return f"{HEADER}time {timestamp}\n{body}".encode()
+
+
+@dataclass(frozen=True)
+class CosignerVerifier:
+    name: str
+    public_key: bytes
+
+    @property
+    def key_id(self) -> int:
+        return cosigner_key_id(self.name, self.public_key)
+
+    @property
+    def vkey(self) -> str:
+        encoded = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()
+        return f"{self.name}+{self.key_id:08x}+{encoded}"
+
+    def timestamp_of(self, line: str, body: str) -> int | None:
+        """The verified timestamp of a signature line by this key over `body`; None if the line
+        is by another key; CosignatureError if it is by this key and does not verify."""
+        name, signature = _split_line(line)
+        if name != self.name or len(signature) < 4:
+            return None
+        if int.from_bytes(signature[:4], "big") != self.key_id:
+            return None
+        if len(signature) != 4 + 8 + 64:
+            raise CosignatureError(f"cosignature by {self.name} has the wrong length")
+        timestamp = int.from_bytes(signature[4:12], "big")
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(
+                signature[12:], signed_message(body, timestamp)
+            )
+        except InvalidSignature as exc:
+            raise CosignatureError(f"invalid cosignature by {self.name}") from exc
+        return timestamp
+
+
+@dataclass(frozen=True)
+class CosignerKey:
+    name: str
+    seed: bytes
+
+    @classmethod
+    def generate(cls, name: str) -> CosignerKey:
+        _require_name(name)
+        return cls(name, Ed25519PrivateKey.generate().private_bytes_raw())
+
+    @property
+    def verifier(self) -> CosignerVerifier:
+        public = (
+            Ed25519PrivateKey.from_private_bytes(self.seed)
+            .public_key()
+            .public_bytes(Encoding.Raw, PublicFormat.Raw)
+        )
+        return CosignerVerifier(self.name, public)
+
+    @property
+    def skey(self) -> str:
+        encoded = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.seed).decode()
+        return f"PRIVATE+KEY+{self.name}+{self.verifier.key_id:08x}+{encoded}"
+
+    def cosign(self, body: str, *, timestamp: int) -> str:
+        """The signature line (ending in a newline) cosigning the note body at `timestamp`."""
+        signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(
+            signed_message(body, timestamp)
+        )
+        blob = self.verifier.key_id.to_bytes(4, "big") + timestamp.to_bytes(8, "big") + signature
+        return f"{_SIG_PREFIX}{self.name} {base64.b64encode(blob).decode()}\n"
+
+
+def parse_cosigner_vkey(text: str) -> CosignerVerifier:
+    name, key_hash, key = _split_key(text.strip(), "cosigner vkey")
+    verifier = CosignerVerifier(name, key)
+    if verifier.key_id != key_hash:
+        raise CosignatureError("cosigner vkey id does not match its name and key")
+    return verifier
+
+
+def parse_cosigner_skey(text: str) -> CosignerKey:
+    text = text.strip()
+    if not text.startswith("PRIVATE+KEY+"):
+        raise CosignatureError("cosigner key must start with PRIVATE+KEY+")
+    name, key_hash, seed = _split_key(text[len("PRIVATE+KEY+") :], "cosigner key")
+    key = CosignerKey(name, seed)
+    if key.verifier.key_id != key_hash:
+        raise CosignatureError("cosigner key id does not match its name and key")
+    return key
+
+
+def _split_key(text: str, what: str) -> tuple[str, int, bytes]:
+    fields = text.split("+", 2)
+    if len(fields) != 3:
+        raise CosignatureError(f"malformed {what}")
+    name, hash_hex, encoded = fields
+    _require_name(name)
+    if len(hash_hex) != 8 or any(c not in "0123456789abcdef" for c in hash_hex.lower()):
+        raise CosignatureError(f"malformed {what}: key id must be 8 hex digits")
+    key = _b64decode(encoded, what)
+    if len(key) != 33 or key[0] != ALG_COSIGNATURE_V1:
+        raise CosignatureError(f"{what} is not a cosignature/v1 (0x04) Ed25519 key")
+    return name, int(hash_hex, 16), key[1:]
+
+
+def _split_line(line: str) -> tuple[str, bytes]:
+    line = line.removesuffix("\n")
+    if not line.startswith(_SIG_PREFIX):
+        raise CosignatureError("malformed signature line")
+    name, sep, encoded = line[len(_SIG_PREFIX) :].partition(" ")
+    if not sep or not is_valid_key_name(name):
+        raise CosignatureError("malformed signature line")
+    return name, _b64decode(encoded, "signature")
+
+
+def _require_name(name: str) -> None:
+    if not is_valid_key_name(name):
+        raise CosignatureError(f"invalid key name {name!r}: must be non-empty, no spaces, no '+'")
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise CosignatureError(f"malformed {what}: bad base64") from exc
