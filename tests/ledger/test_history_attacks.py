@@ -82,6 +82,15 @@ def verify_ledger_failure(log: Log, *held: Path) -> str:
 # --- The attacker -----------------------------------------------------------------------------
 
 
+def rewrite_frontier(log: Log) -> None:
+    """Swap the head's frontier for another tree's of the same size (triggers dropped)."""
+    log.refresh_from_db()
+    other = Frontier()
+    for n in range(log.size):
+        other.append(bytes([n]) * 32)
+    execute("UPDATE ledger_log SET frontier = %s WHERE id = %s", [other.to_bytes(), log.pk])
+
+
 def cut(log: Log, *, keep: int) -> None:
     """Remove the entries from seq `keep` on and recompute nodes and head for what is left."""
     execute("DELETE FROM ledger_entry WHERE log_id = %s AND seq >= %s", [log.pk, keep])
@@ -169,10 +178,7 @@ def test_a_rewritten_frontier_is_never_signed(
     log = held.log
     grow(log, 40, 45)
     drop_ledger_triggers()
-    other = Frontier()
-    for n in range(45):
-        other.append(bytes([n]) * 32)
-    execute("UPDATE ledger_log SET frontier = %s WHERE id = %s", [other.to_bytes(), log.pk])
+    rewrite_frontier(log)
     assert_signing_refused(
         log, signer, caplog, "the log head's frontier does not give the root of the stored nodes"
     )
@@ -321,12 +327,20 @@ def test_the_beat_task_signs_every_other_log_when_one_is_refused(
     grow(honest, 0, 3)
     grow(held.log, 40, 45)
     drop_ledger_triggers()
-    other = Frontier()
-    for n in range(45):
-        other.append(bytes([n]) * 32)
-    execute("UPDATE ledger_log SET frontier = %s WHERE id = %s", [other.to_bytes(), held.log.pk])
+    rewrite_frontier(held.log)
     with caplog.at_level(logging.CRITICAL, logger="ledger.alerts"):
         signed = sign_due_checkpoints()
     assert [Checkpoint.objects.get(pk=pk).log_id for pk in signed] == [honest.pk]
     assert not Checkpoint.objects.filter(log=held.log, size=45).exists()
     assert any("checkpoint signing refused" in r.getMessage() for r in caplog.records)
+
+
+def test_the_sign_checkpoint_command_refuses_in_one_line(held: Held) -> None:
+    """An operator signing by hand gets the refusal as a command error, not a traceback."""
+    log = held.log
+    grow(log, 40, 45)
+    drop_ledger_triggers()
+    rewrite_frontier(log)
+    with pytest.raises(CommandError, match=r"nothing signed: .*run verify_ledger"):
+        call_command("sign_checkpoint", log=log.origin, stdout=io.StringIO())
+    assert not Checkpoint.objects.filter(log=log, size=45).exists()

@@ -20,4 +20,6 @@ class Command(BaseCommand):
             checkpoint = services.sign_checkpoint(log=log, signer=load_signing_key())
         except (selectors.LedgerLookupError, SigningKeyError) as exc:
             raise CommandError(str(exc)) from exc
+        except selectors.TreeHeadRefused as exc:  # alerted on ledger.alerts already
+            raise CommandError(f"nothing signed: {exc}; run verify_ledger") from exc
         self.stdout.write(checkpoint.note, ending="")
