@@ -42,9 +42,11 @@ from gate_client.targets import Found, NotFound, Tier
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
+    Succession,
     open_checkpoint,
     parse_checkpoint_text,
     parse_tlog_proof,
+    succession,
 )
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 from ledger.core.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
@@ -278,11 +280,14 @@ class NotaryJournal:
             raise NotaryError(
                 f"the checkpoint remembered is of {before.origin}, the notary's of {origin}"
             )
-        if checkpoint.size < before.size:
+        step = succession(
+            held_size=before.size, held_root=before.root, size=checkpoint.size, root=checkpoint.root
+        )
+        if step is Succession.ROLLBACK:
             self._refuse(f"rolled back from size {before.size} to {checkpoint.size}", seen, note)
-        if checkpoint.size == before.size:
-            if checkpoint.root != before.root:
-                self._refuse(f"forked: two roots at size {before.size}", seen, note)
+        if step is Succession.FORK:
+            self._refuse(f"forked: two roots at size {before.size}", seen, note)
+        if step is Succession.SAME:
             return checkpoint
         if before.size > 0:
             self._consistent(before, checkpoint, seen, note)

@@ -40,8 +40,10 @@ from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
+    Succession,
     open_checkpoint,
     parse_tlog_proof,
+    succession,
 )
 from ledger.core.entries import Entry, EntryError, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, leaf_hash, verify_inclusion
@@ -133,17 +135,23 @@ class _History:
         held = cls(export_note, export, [])
         for given in known:
             checkpoint = held.opened(given, keys)
-            if checkpoint.size > export.size:
+            step = succession(
+                held_size=checkpoint.size,
+                held_root=checkpoint.root,
+                size=export.size,
+                root=export.root,
+            )
+            if step is Succession.ROLLBACK:
                 held.rewritten(
                     given,
                     f"a rollback: the log was signed at size {checkpoint.size}, the export's "
                     f"checkpoint is smaller ({export.size})",
                 )
-            if checkpoint.size == export.size and checkpoint.root != export.root:
+            if step is Succession.FORK:
                 held.rewritten(
                     given, f"a fork: two checkpoints of size {export.size}, roots differ"
                 )
-            if 0 < checkpoint.size < export.size:
+            if step is Succession.EXTENDS and checkpoint.size > 0:
                 held.prefixes.append((given, checkpoint))
             else:
                 held.count += 1

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
+    Succession,
     open_checkpoint,
     parse_checkpoint_text,
+    succession,
 )
 from ledger.core.merkle import EMPTY_ROOT, HASH_SIZE, ProofError, verify_consistency
 from ledger.core.note import Verifier
@@ -196,9 +198,12 @@ def _misbehaviour(submission: Submission, held: Held | None, reason: str) -> str
     checkpoint = submission.checkpoint
     if held is None:
         return "refused"
-    if checkpoint.size == held.size and checkpoint.root != held.root:
+    step = succession(
+        held_size=held.size, held_root=held.root, size=checkpoint.size, root=checkpoint.root
+    )
+    if step is Succession.FORK:
         return "split_view"
-    if checkpoint.size < held.size:
+    if step is Succession.ROLLBACK:
         return "rollback"
     if reason.startswith("consistency"):
         return "inconsistent"
@@ -212,7 +217,10 @@ def _inconsistency(submission: Submission, held: Held | None) -> str | None:
         return "a checkpoint of size 0 must have the empty tree's root"
     if held is None or submission.old_size == 0:
         return "old size 0 takes an empty consistency proof" if submission.proof else None
-    if checkpoint.size == held.size and checkpoint.root != held.root:
+    step = succession(
+        held_size=held.size, held_root=held.root, size=checkpoint.size, root=checkpoint.root
+    )
+    if step is Succession.FORK:
         return f"split view: a checkpoint of size {held.size} with another root was cosigned before"
     try:
         verify_consistency(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,25 @@ class Checkpoint:
     def sign(self, signer: Signer) -> str:
         """The signed note, signed under the key named after the origin (the spec's SHOULD)."""
         return sign_note(self.text(), [signer.renamed(self.origin)])
+
+
+class Succession(enum.StrEnum):
+    """What a later checkpoint of one log is to a checkpoint held before it: the rule every
+    client that keeps checkpoints applies (the gate's journal, the export verifier,
+    verify_ledger, a witness). Only EXTENDS still needs a consistency proof."""
+
+    SAME = "same"  # the same tree
+    EXTENDS = "extends"  # a larger tree: consistent only with a consistency proof
+    ROLLBACK = "rollback"  # smaller than a tree already signed
+    FORK = "fork"  # the same size with another root: a split view
+
+
+def succession(*, held_size: int, held_root: bytes, size: int, root: bytes) -> Succession:
+    if size < held_size:
+        return Succession.ROLLBACK
+    if size == held_size:
+        return Succession.SAME if root == held_root else Succession.FORK
+    return Succession.EXTENDS
 
 
 def parse_checkpoint_text(text: str) -> Checkpoint:

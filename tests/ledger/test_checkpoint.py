@@ -8,11 +8,13 @@ import pytest
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
+    Succession,
     log_verifier,
     make_tlog_proof,
     open_checkpoint,
     parse_checkpoint_text,
     parse_tlog_proof,
+    succession,
 )
 from ledger.core.merkle import Frontier, hashes_for_ranges, inclusion_ranges, leaf_hash
 from ledger.core.note import Signer
@@ -113,3 +115,24 @@ def test_tlog_proof_with_extra_data_parses() -> None:
 def test_malformed_tlog_proofs_are_refused(text: str) -> None:
     with pytest.raises(CheckpointError):
         parse_tlog_proof(text)
+
+
+A, B = b"\x01" * 32, b"\x02" * 32
+
+
+@pytest.mark.parametrize(
+    ("held", "later", "step"),
+    [
+        ((5, A), (5, A), Succession.SAME),
+        ((5, A), (5, B), Succession.FORK),
+        ((5, A), (4, A), Succession.ROLLBACK),
+        ((5, A), (0, B), Succession.ROLLBACK),
+        ((5, A), (6, B), Succession.EXTENDS),
+        ((0, A), (6, B), Succession.EXTENDS),
+    ],
+)
+def test_what_a_later_checkpoint_is_to_one_held(
+    held: tuple[int, bytes], later: tuple[int, bytes], step: Succession
+) -> None:
+    got = succession(held_size=held[0], held_root=held[1], size=later[0], root=later[1])
+    assert got is step

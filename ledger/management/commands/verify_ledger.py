@@ -13,7 +13,14 @@ from tqdm import tqdm
 
 from ledger import selectors
 from ledger.core import merkle
-from ledger.core.checkpoint import Checkpoint, CheckpointError, log_verifier, open_checkpoint
+from ledger.core.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    Succession,
+    log_verifier,
+    open_checkpoint,
+    succession,
+)
 from ledger.core.note import NoteError, Verifier, parse_vkey
 from ledger.core.verify import LogVerificationError, VerificationReport, verify_log
 from ledger.keys import SigningKeyError, load_signing_key
@@ -112,7 +119,10 @@ class Command(BaseCommand):
         """The walk proved the stored nodes are the entries'; so the tree of the held size,
         folded from them and proved consistent with the current tree, is the entries' too."""
         evidence = f"held checkpoint {path} (size {held.size}, root {_b64(held.root)})"
-        if held.size > report.entries:
+        step = succession(
+            held_size=held.size, held_root=held.root, size=report.entries, root=report.root
+        )
+        if step is Succession.ROLLBACK:
             raise CommandError(
                 f"FAIL: rollback: {evidence} was signed, but the log has only "
                 f"{report.entries} entries"
