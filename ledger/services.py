@@ -29,7 +29,6 @@ from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode,
 
 # Signing refused because the stored history disagrees with itself or with what was signed.
 alerts = logging.getLogger("ledger.alerts")
-TreeHeadRefused = selectors.TreeHeadRefused
 
 
 class LedgerInputError(ValueError):
@@ -154,7 +153,7 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
             if not registered:
                 _register_signing_key(signer, since=checkpoint.created_at)
             return checkpoint
-    except TreeHeadRefused as refused:
+    except selectors.TreeHeadRefused as refused:
         alerts.critical(
             "ledger %s: checkpoint signing refused: %s", log.origin, refused, extra={"log": log.pk}
         )

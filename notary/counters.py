@@ -14,10 +14,13 @@ import threading
 import time
 
 from django.core.cache import cache
+from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
 _RETRY_SECONDS = 1.0
+# What an unreachable cache raises (refused, reset, timed out); any other error is a bug.
+_CACHE_DOWN = (RedisError, OSError)
 # Past this many keys the per-process counter drops its expired windows (and then waits for
 # twice as many as it kept before it looks again).
 _LOCAL_SWEEP_AT = 10_000
@@ -36,7 +39,7 @@ def count(key: str, *, window_seconds: int) -> int:
     if _cache_usable():
         try:
             value = _cache_count(key, window_seconds)
-        except Exception as exc:  # the cache is unreachable: count here for now
+        except _CACHE_DOWN as exc:  # the cache is unreachable: count here for now
             _cache_failed(exc)
         else:
             _cache_worked()
@@ -50,7 +53,7 @@ def current(key: str) -> int:
     if _cache_usable():
         try:
             value = cache.get(key, 0)
-        except Exception as exc:  # the cache is unreachable: read the local count
+        except _CACHE_DOWN as exc:  # the cache is unreachable: read the local count
             _cache_failed(exc)
         else:
             _cache_worked()
@@ -86,7 +89,7 @@ def _cache_usable() -> bool:
         return True
 
 
-def _cache_failed(exc: Exception) -> None:
+def _cache_failed(exc: RedisError | OSError) -> None:
     global _outage_since, _next_try
     now = time.monotonic()
     with _lock:

@@ -27,7 +27,8 @@ from ledger import services
 from ledger.core.canonical import canonical_json
 from ledger.core.merkle import Frontier
 from ledger.models import Checkpoint, Log
-from ledger.services import NewEntry, TreeHeadRefused
+from ledger.selectors import TreeHeadRefused
+from ledger.services import NewEntry
 from testkit.insider import cover_tracks, drop_ledger_triggers, execute
 
 pytestmark = pytest.mark.django_db
