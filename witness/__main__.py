@@ -1,6 +1,6 @@
-"""`python -m witness --key FILE --state FILE --log ORIGIN=VKEY ... --listen HOST:PORT` serves a
-witness; `python -m witness keygen --name NAME --key FILE` writes a new key and prints its vkey;
-`python -m witness vkey --key FILE` prints the vkey of a key file."""
+"""`python -m witness --key FILE --state FILE --log ORIGIN=VKEY ... [--log-family PREFIX=VKEY ...]
+--listen HOST:PORT` serves a witness; `python -m witness keygen --name NAME --key FILE` writes a
+new key and prints its vkey; `python -m witness vkey --key FILE` prints the vkey of a key file."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ledger.core.cosignature import CosignatureError, CosignerKey, parse_cosigner_skey
 from ledger.core.note import NoteError, Verifier, parse_vkey
-from witness.cosignature import CosignatureError, CosignerKey, parse_cosigner_skey
 from witness.server import make_server
 from witness.service import Witness
 from witness.state import StateError, StateStore
@@ -39,6 +39,18 @@ def parse_log(text: str) -> tuple[str, Verifier]:
     return origin, verifier
 
 
+def parse_family(text: str) -> tuple[str, Verifier]:
+    """`PREFIX=VKEY`: a notary's key (as `GET /v1/keys` lists it), trusted for every log
+    `PREFIX/<tenant>`, each under its own origin."""
+    prefix, sep, vkey = text.partition("=")
+    if not sep or not prefix.strip("/"):
+        raise UsageError(f"--log-family {text!r}: expected PREFIX=VKEY")
+    try:
+        return prefix, parse_vkey(vkey)
+    except NoteError as exc:
+        raise UsageError(f"--log-family {prefix}: {exc}") from exc
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
@@ -59,15 +71,21 @@ def serve(args: argparse.Namespace) -> int:
     for text in args.log:
         origin, verifier = parse_log(text)
         logs.setdefault(origin, []).append(verifier)
-    if not logs:
-        raise UsageError("at least one --log ORIGIN=VKEY is required")
+    families: dict[str, list[Verifier]] = {}
+    for text in args.log_family:
+        prefix, verifier = parse_family(text)
+        families.setdefault(prefix, []).append(verifier)
+    if not logs and not families:
+        raise UsageError("at least one --log ORIGIN=VKEY or --log-family PREFIX=VKEY is required")
     host, port = parse_listen(args.listen)
     logging.basicConfig(level=logging.INFO, format="witness: %(levelname)s %(message)s")
     store = StateStore(args.state)
-    server = make_server(Witness(key=key, logs=logs, store=store), host, port)
+    witness = Witness(key=key, logs=logs, families=families, store=store)
+    server = make_server(witness, host, port)
     bound_host, bound_port = server.server_address[:2]
     print(f"witness {key.verifier.vkey} listening on http://{bound_host!s}:{bound_port}")
-    print(f"witness logs: {', '.join(sorted(logs))}", flush=True)
+    names = [*sorted(logs), *(f"{prefix.rstrip('/')}/*" for prefix in sorted(families))]
+    print(f"witness logs: {', '.join(names)}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -118,6 +136,13 @@ def build_serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--key", required=True, type=Path, help="the witness key file")
     parser.add_argument("--state", required=True, type=Path, help="the witness's state file")
     parser.add_argument("--log", action="append", default=[], metavar="ORIGIN=VKEY")
+    parser.add_argument(
+        "--log-family",
+        action="append",
+        default=[],
+        metavar="PREFIX=VKEY",
+        help="a notary's key, for each of its logs PREFIX/<tenant> (repeatable)",
+    )
     parser.add_argument("--listen", default="127.0.0.1:8700", metavar="HOST:PORT")
     parser.set_defaults(run=serve)
     return parser

@@ -17,13 +17,14 @@ from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
     Succession,
+    log_verifier,
     open_checkpoint,
     parse_checkpoint_text,
     succession,
 )
+from ledger.core.cosignature import CosignerKey, cosignature_lines
 from ledger.core.merkle import EMPTY_ROOT, HASH_SIZE, ProofError, verify_consistency
 from ledger.core.note import Verifier
-from witness.cosignature import CosignerKey
 from witness.state import Held, StateStore
 
 MAX_PROOF_LINES = 63
@@ -109,14 +110,31 @@ class Witness:
         key: CosignerKey,
         logs: Mapping[str, Iterable[Verifier]],
         store: StateStore,
+        families: Mapping[str, Iterable[Verifier]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`logs`: each log's origin and its keys. `families`: an origin prefix and the keys of
+        a notary that keeps one log per tenant under it (`<prefix>/<tenant>`), each signed
+        under the log's own origin (ledger.core.checkpoint.log_verifier)."""
         self.key = key
         self.logs = {origin: tuple(verifiers) for origin, verifiers in logs.items()}
+        self.families = {
+            prefix.rstrip("/") + "/": tuple(verifiers)
+            for prefix, verifiers in (families or {}).items()
+        }
         self.store = store
         self._clock = clock
         self._lock = threading.Lock()
-        self._by_hash = {origin_hash(origin): origin for origin in self.logs}
+
+    def verifiers_for(self, origin: str) -> tuple[Verifier, ...] | None:
+        """The keys a checkpoint of `origin` must be signed by, or None for a log not witnessed."""
+        if origin in self.logs:
+            return self.logs[origin]
+        for prefix, keys in self.families.items():
+            tenant = origin[len(prefix) :]
+            if origin.startswith(prefix) and tenant and "/" not in tenant:
+                return tuple(log_verifier(origin, key) for key in keys)
+        return None
 
     def add_checkpoint(self, body: bytes) -> Reply:
         """Answer one add-checkpoint request, per the spec's status codes."""
@@ -125,7 +143,7 @@ class Witness:
         except MalformedRequest as exc:
             return Reply(400, TEXT_CONTENT_TYPE, f"malformed request: {exc}\n")
         origin = submission.checkpoint.origin
-        verifiers = self.logs.get(origin)
+        verifiers = self.verifiers_for(origin)
         if verifiers is None:
             return Reply(404, TEXT_CONTENT_TYPE, f"unknown log {origin}\n")
         try:
@@ -137,7 +155,8 @@ class Witness:
 
     def checkpoint(self, hashed_origin: str) -> Reply:
         """The monitoring call: the latest cosigned checkpoint of the log named by its hash."""
-        origin = self._by_hash.get(hashed_origin)
+        origins = {origin_hash(origin): origin for origin in [*self.logs, *self.store.origins()]}
+        origin = origins.get(hashed_origin)
         held = self.store.latest(origin) if origin is not None else None
         if held is None:
             return Reply(404, TEXT_CONTENT_TYPE, "no checkpoint cosigned for that log\n")
@@ -247,9 +266,8 @@ def _evidence_text(problem: str, submission: Submission, held: Held | None) -> s
 def _log_signatures(note: str, verifiers: tuple[Verifier, ...]) -> list[str]:
     """The note's signature lines by the trusted log keys (all verified by open_checkpoint)."""
     trusted = {(v.name, v.key_id) for v in verifiers}
-    block = note[note.rfind("\n\n") + 2 :]
     kept = []
-    for line in block.splitlines(keepends=True):
+    for line in cosignature_lines(note):
         name, _, encoded = line.removeprefix(_SIG_PREFIX).partition(" ")
         key_hash = int.from_bytes(base64.b64decode(encoded)[:4], "big")
         if (name, key_hash) in trusted:

@@ -46,6 +46,9 @@ class StateStore:
     def close(self) -> None:
         self._lock_file.close()
 
+    def origins(self) -> list[str]:
+        return sorted(self._held)
+
     def latest(self, origin: str) -> Held | None:
         return self._held.get(origin)
 

@@ -1,6 +1,7 @@
 """The witness as a real process on a free port, fed checkpoints the ledger signed and proofs
-the ledger computed. Its cosignatures are checked by `spec_cosignature_timestamp` below, written
-from the text of C2SP tlog-cosignature (not by the witness's own code)."""
+the ledger computed. Its cosignatures are checked by `spec_cosignature_timestamp`
+(testkit.witness_process), written from the text of C2SP tlog-cosignature, not by the witness's
+own code."""
 
 from __future__ import annotations
 
@@ -10,112 +11,39 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger import selectors, services
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier, open_checkpoint
 from ledger.core.note import Signer, sign_note
 from ledger.models import Log
-from testkit.notary_server import free_port, wait_until_answering
+from testkit.notary_server import free_port
 from testkit.paths import REPO_ROOT
+from testkit.witness_process import (
+    RunningWitness,
+    spawn_witness,
+    spec_cosignature_timestamp,
+    witness_command,
+    witness_keygen,
+)
 
 pytestmark = pytest.mark.slow
 
 WITNESS_NAME = "witness.test.interlock.example/w1"
 
 
-# --- C2SP tlog-cosignature, cosignature/v1 (Ed25519), from the spec text -----------------------
-
-
-def spec_parse_vkey(vkey: str) -> tuple[str, bytes, bytes]:
-    """`<name>+<hex key id>+base64(0x04 || 32-byte Ed25519 public key)`: (name, key id, key)."""
-    name, key_id_hex, encoded = vkey.strip().split("+", 2)  # base64 may hold "+"
-    material = base64.b64decode(encoded)
-    assert material[0] == 0x04 and len(material) == 33
-    public_key = material[1:]
-    # "SHA-256(<name> || "\n" || 0x04 || 32-byte Ed25519 cosigner public key)[:4]"
-    expected_id = hashlib.sha256(name.encode() + b"\n" + b"\x04" + public_key).digest()[:4]
-    assert bytes.fromhex(key_id_hex) == expected_id
-    return name, expected_id, public_key
-
-
-def spec_cosignature_timestamp(line: str, note_body: str, vkey: str) -> int:
-    """Verify one note signature line `— <name> base64(key id || timestamped_signature)` as a
-    cosignature/v1 over `note_body`; return its timestamp. The signed message is the line
-    `cosignature/v1`, the line `time <timestamp>`, then the whole note body."""
-    name, key_id, public_key = spec_parse_vkey(vkey)
-    assert line.startswith("\u2014 ") and line.endswith("\n")
-    line_name, encoded = line[2:-1].split(" ")
-    assert line_name == name
-    blob = base64.b64decode(encoded, validate=True)
-    assert blob[:4] == key_id
-    assert len(blob) == 4 + 8 + 64  # key id, u64 timestamp, Ed25519 signature
-    timestamp = int.from_bytes(blob[4:12], "big")
-    assert 0 < timestamp <= 2**63 - 1
-    message = b"cosignature/v1\n" + f"time {timestamp}\n".encode() + note_body.encode()
-    Ed25519PublicKey.from_public_bytes(public_key).verify(blob[12:], message)  # raises if bad
-    return timestamp
-
-
-# --- The witness process ----------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    status: int
-    content_type: str
-    text: str
-
-
-@dataclass
-class RunningWitness:
-    url: str
-    process: subprocess.Popen[bytes]
-
-    def add_checkpoint(self, *, old: int, proof: Sequence[bytes], note: str) -> Answer:
-        lines = [f"old {old}\n", *(base64.b64encode(h).decode() + "\n" for h in proof), "\n"]
-        return self.request("POST", "/add-checkpoint", ("".join(lines) + note).encode())
-
-    def held(self, origin: str) -> Answer:
-        return self.request("GET", f"/{hashlib.sha256(origin.encode()).hexdigest()}/checkpoint")
-
-    def request(self, method: str, path: str, body: bytes | None = None) -> Answer:
-        request = urllib.request.Request(self.url + path, data=body, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=10) as reply:
-                return Answer(reply.status, reply.headers["Content-Type"], reply.read().decode())
-        except urllib.error.HTTPError as error:
-            return Answer(error.code, error.headers["Content-Type"], error.read().decode())
-
-
-def witness_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "witness", *args]
-
-
 @pytest.fixture
 def witness_key(tmp_path: Path) -> tuple[Path, str]:
     """A witness key made by the witness's keygen; (key file, the vkey it printed)."""
     path = tmp_path / "witness.key"
-    made = subprocess.run(
-        witness_command("keygen", "--name", WITNESS_NAME, "--key", str(path)),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    vkey = witness_keygen(path, WITNESS_NAME)
     assert path.stat().st_mode & 0o777 == 0o600
-    return path, made.stdout.strip()
+    return path, vkey
 
 
 @pytest.fixture
@@ -123,41 +51,22 @@ def start_witness(
     tmp_path: Path, witness_key: tuple[Path, str], log: Log, signer: Signer
 ) -> Iterator[Callable[[], RunningWitness]]:
     """Start (or restart) the witness for `log`, on one state file in tmp_path."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[RunningWitness] = []
     log_vkey = log_verifier(log.origin, signer).vkey
 
     def start() -> RunningWitness:
-        port = free_port()
-        stderr = tmp_path / "witness.log"
-        process = subprocess.Popen(
-            witness_command(
-                "--key",
-                str(witness_key[0]),
-                "--state",
-                str(tmp_path / "witness.state"),
-                "--log",
-                f"{log.origin}={log_vkey}",
-                "--listen",
-                f"127.0.0.1:{port}",
-            ),
-            cwd=REPO_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr.open("ab"),
+        running = spawn_witness(
+            key=witness_key[0],
+            vkey=witness_key[1],
+            state=tmp_path / "witness.state",
+            logs=["--log", f"{log.origin}={log_vkey}"],
         )
-        started.append(process)
-        running = RunningWitness(f"http://127.0.0.1:{port}", process)
-
-        def healthz() -> None:
-            assert running.request("GET", "/healthz").status == 200
-
-        wait_until_answering(healthz, process, stderr, "the witness", OSError)
+        started.append(running)
         return running
 
     yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
+    for running in started:
+        running.stop()
 
 
 def grow(log: Log, count: int) -> None:
@@ -261,7 +170,7 @@ def test_witness_refuses_a_split_view_and_reports_both_checkpoints(
 
     events = evidence(tmp_path)
     assert [e["kind"] for e in events] == ["split_view", "split_view"]
-    assert "split_view checkpoint from" in (tmp_path / "witness.log").read_text()
+    assert "split_view checkpoint from" in (tmp_path / "witness.stderr").read_text()
     for event in events:
         assert event["submitted"] == other
         assert note_body(str(event["held"])) == note_body(first.note)
@@ -439,3 +348,36 @@ def test_witness_ignores_signatures_by_unknown_keys(
     held = witness.held(log.origin).text
     assert "stranger.example" not in held
     assert held == signed.note + answer.text
+
+
+def test_a_log_family_witnesses_every_tenant_log_of_one_notary_key(
+    tmp_path: Path,
+    witness_key: tuple[Path, str],
+    make_log: Callable[[], Log],
+    signer: Signer,
+) -> None:
+    """`--log-family PREFIX=VKEY` takes the notary's key as /v1/keys lists it and trusts it, under
+    each log's own origin, for PREFIX/<tenant> only: logs created after the witness started are
+    witnessed, a deeper or foreign origin is not."""
+    witness = spawn_witness(
+        key=witness_key[0],
+        vkey=witness_key[1],
+        state=tmp_path / "family.state",
+        logs=["--log-family", f"test.interlock.example={signer.verifier.vkey}"],
+    )
+    try:
+        for log in (make_log(), make_log()):
+            grow(log, 2)
+            signed = services.sign_checkpoint(log=log, signer=signer)
+            answer = witness.add_checkpoint(old=0, proof=[], note=signed.note)
+            assert answer.status == 200, answer.text
+            spec_cosignature_timestamp(answer.text, note_body(signed.note), witness_key[1])
+            assert witness.held(log.origin).text == signed.note + answer.text
+        for origin in ("test.interlock.example/acme/deeper", "other.example/acme"):
+            stray = CheckpointText(origin, 1, hashlib.sha256(b"x").digest()).sign(signer)
+            assert witness.add_checkpoint(old=0, proof=[], note=stray).status == 404
+        # The family key as given, not renamed to the origin, signs nothing the witness accepts.
+        unrenamed = sign_note(CheckpointText(log.origin, 3, bytes(32)).text(), [signer])
+        assert witness.add_checkpoint(old=2, proof=[], note=unrenamed).status == 403
+    finally:
+        witness.stop()

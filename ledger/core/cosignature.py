@@ -1,4 +1,6 @@
-"""C2SP tlog-cosignature `cosignature/v1` (Ed25519): keys, key ids, and the signed message.
+"""C2SP tlog-cosignature `cosignature/v1` (Ed25519): keys, key ids, the signed message, and the
+one rule for a witnessed checkpoint (`require_cosignatures`) that the witness, the notary, the
+gate's journal and the offline verifier share.
 
 - key id: SHA-256(name || 0x0A || 0x04 || 32-byte public key)[:4]
 - signature line: ``— <name> base64(key id || u64 big-endian timestamp || Ed25519 signature)``
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
@@ -109,6 +112,47 @@ class CosignerKey:
         )
         blob = self.verifier.key_id.to_bytes(4, "big") + timestamp.to_bytes(8, "big") + signature
         return f"{_SIG_PREFIX}{self.name} {base64.b64encode(blob).decode()}\n"
+
+
+def cosignature_lines(note: str) -> list[str]:
+    """The signature lines of a signed note (each ending in a newline), in order."""
+    split = note.rfind("\n\n")
+    if split < 0 or not note.endswith("\n"):
+        raise CosignatureError("not a signed note: no signature block")
+    return note[split + 2 :].splitlines(keepends=True)
+
+
+def cosigners(note: str, witnesses: Iterable[CosignerVerifier]) -> dict[str, int]:
+    """The trusted witnesses whose cosignature the note carries: name -> verified timestamp.
+    Lines by other keys are ignored (the log's own signature, unknown witnesses); a line by a
+    trusted witness that does not verify rejects the note, as signed-note verification does."""
+    body = note[: note.rfind("\n\n") + 1]
+    found: dict[str, int] = {}
+    for line in cosignature_lines(note):
+        for witness in witnesses:
+            timestamp = witness.timestamp_of(line, body)
+            if timestamp is not None:
+                found[witness.name] = timestamp
+    return found
+
+
+def require_cosignatures(
+    note: str, witnesses: Iterable[CosignerVerifier], *, quorum: int
+) -> dict[str, int]:
+    """The note's cosigners among `witnesses`, if at least `quorum` of them cosigned it;
+    otherwise CosignatureError naming who did and who did not."""
+    trusted = list(witnesses)
+    if quorum > len(trusted):
+        raise CosignatureError(f"{quorum} cosignatures required of only {len(trusted)} witnesses")
+    found = cosigners(note, trusted)
+    if len(found) < quorum:
+        missing = sorted(w.name for w in trusted if w.name not in found)
+        raise CosignatureError(
+            f"the checkpoint is cosigned by {len(found)} of the trusted witnesses "
+            f"({', '.join(sorted(found)) or 'none'}), {quorum} required; "
+            f"not cosigned by {', '.join(missing)}"
+        )
+    return found
 
 
 def parse_cosigner_vkey(text: str) -> CosignerVerifier:

@@ -7,11 +7,13 @@ import hashlib
 
 import pytest
 
-from witness.cosignature import (
+from ledger.core.cosignature import (
     CosignatureError,
     CosignerKey,
+    cosigners,
     parse_cosigner_skey,
     parse_cosigner_vkey,
+    require_cosignatures,
 )
 
 BODY = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
@@ -48,3 +50,32 @@ def test_a_note_key_is_not_a_cosigner_key() -> None:
     seed = bytes(32)
     with pytest.raises(CosignatureError, match="0x04"):
         parse_cosigner_skey("PRIVATE+KEY+w+00000000+" + base64.b64encode(b"\x01" + seed).decode())
+
+
+def _cosigned(body: str, *keys: CosignerKey) -> str:
+    """A note of `body` with a stand-in log signature line and one cosignature per key."""
+    log_line = "\u2014 log.example " + base64.b64encode(bytes(68)).decode() + "\n"
+    return body + "\n" + log_line + "".join(k.cosign(body, timestamp=1700000000) for k in keys)
+
+
+def test_a_quorum_counts_only_valid_cosignatures_of_trusted_witnesses() -> None:
+    first, second, stranger = (CosignerKey.generate(f"w{n}.example") for n in range(3))
+    trusted = [first.verifier, second.verifier]
+    note = _cosigned(BODY, first, stranger)
+    assert cosigners(note, trusted) == {"w0.example": 1700000000}
+    assert require_cosignatures(note, trusted, quorum=1) == {"w0.example": 1700000000}
+    missing = r"by 1 of .*\(w0\.example\), 2 required.*w1\.example"
+    with pytest.raises(CosignatureError, match=missing):
+        require_cosignatures(note, trusted, quorum=2)
+    both = _cosigned(BODY, first, second)
+    assert set(require_cosignatures(both, trusted, quorum=2)) == {"w0.example", "w1.example"}
+    with pytest.raises(CosignatureError, match="3 cosignatures required of only 2"):
+        require_cosignatures(both, trusted, quorum=3)
+
+
+def test_a_forged_cosignature_by_a_trusted_witness_rejects_the_note() -> None:
+    witness = CosignerKey.generate("w.example")
+    other_body = BODY.replace("20852163", "20852164")
+    forged = BODY + "\n" + witness.cosign(other_body, timestamp=1700000000)  # signs another tree
+    with pytest.raises(CosignatureError, match=r"invalid cosignature by w\.example"):
+        require_cosignatures(forged, [witness.verifier], quorum=1)
