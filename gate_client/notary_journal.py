@@ -13,8 +13,11 @@ History: the journal remembers the last signed checkpoint of the tenant's log it
 `checkpoint_file`, written atomically and fsync'd, so a restarted agent remembers it too). It
 looks at the log's latest checkpoint when recovering (`unsettled`), when fetching a proved
 receipt (`proved_receipt`) and when asked (`check_history`): each must verify with the log's
-vkeys (given as `vkeys`, else those the notary publishes at /v1/logs/<origin>/vkey) and extend
-the remembered one, by a consistency proof the notary gives. A smaller size, another root at
+vkeys (given as `vkeys`, else those the notary publishes at /v1/logs/<origin>/vkey), carry the
+cosignatures of `witness_quorum` of the `witnesses` given (C2SP tlog-cosignature: a witness
+cosigns only a tree consistent with every one it cosigned before, so a notary cannot show this
+agent a history it hides from the witnesses), and extend the remembered one, by a consistency
+proof the notary gives. A smaller size, another root at
 the same size or a proof that fails means the notary's history was rolled back or forked (a
 database restored from an old backup, an insider's rewrite): HistoryRewritten, carrying both
 signed checkpoints as evidence, and from then on every call raises it again."""
@@ -48,6 +51,7 @@ from ledger.core.checkpoint import (
     parse_tlog_proof,
     succession,
 )
+from ledger.core.cosignature import CosignatureError, WitnessPolicy
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 from ledger.core.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
@@ -116,12 +120,19 @@ class NotaryJournal:
         one_round_trip: bool = True,
         vkeys: Sequence[str] | None = None,
         checkpoint_file: str | os.PathLike[str] | None = None,
+        witnesses: Sequence[str] = (),
+        witness_quorum: int | None = None,
     ) -> None:
         """`one_round_trip=False` sends PROPOSED and DISPATCHED as two requests: slower, and
         only useful to stop a process between the two (the crash matrix does). `vkeys`: the
         log's trusted verifier keys, named after its origin (default: the notary's published
         ones); `checkpoint_file`: where the last accepted checkpoint is kept across restarts
-        (default: in memory only)."""
+        (default: in memory only); `witnesses`: the cosignature/v1 vkeys of the witnesses
+        trusted, of which `witness_quorum` (default: all) must have cosigned a checkpoint."""
+        try:
+            self._witnessing = WitnessPolicy.of(witnesses, witness_quorum)
+        except CosignatureError as exc:
+            raise JournalError(f"witnesses: {exc}") from exc
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
@@ -271,6 +282,12 @@ class NotaryJournal:
             checkpoint = open_checkpoint(note, self._log_verifiers(origin), origin=origin)
         except CheckpointError as exc:
             raise NotaryError(f"the notary's checkpoint does not verify: {exc}") from exc
+        try:
+            self._witnessing.check(note)
+        except CosignatureError as exc:
+            raise NotaryError(
+                f"the notary's checkpoint is not witnessed as required: {exc}", code="not_witnessed"
+            ) from exc
         seen = self._seen
         if seen is None:
             self._remember(note)

@@ -1,13 +1,17 @@
 """Verify a receipts export offline: no Django, no network, only the export and trusted keys.
 
     python -m gate_client.verify EXPORT --vkey VKEY [--vkey VKEY ...]
-        [--known-checkpoint FILE ...]
+        [--witness VKEY ... [--witness-quorum K]] [--known-checkpoint FILE ...]
 
-Five separate verdicts:
+Six separate verdicts:
 - authenticity: the export's checkpoint is signed by a key the auditor trusts (--vkey, given
   as many times as the notary has rotated keys), for the log the export names: a key is used
   under its own name only, which must be the log's origin (`GET /v1/logs/<origin>/vkey`), so
   one log's key never vouches for another log's export;
+- witnesses: the checkpoint carries valid cosignatures (C2SP tlog-cosignature) of at least
+  --witness-quorum (default: all) of the --witness keys: witnesses cosign only trees consistent
+  with every one they cosigned before, so a log cannot show this export one history and them
+  another;
 - integrity: every entry's bytes are proved included in that checkpoint's tree, and every
   receipt's fields re-derive from its entries;
 - completeness: the export covers its stated seq range with every entry present exactly once,
@@ -20,7 +24,7 @@ Five separate verdicts:
   a smaller one must be the root of the export's first entries (which the export carries in
   full, every one proved in its tree, so the check needs no proof from the notary);
 - outcomes: how many receipts ended in each final state.
-It exits 0 when the first four hold, and 1 naming the first bad line and receipt otherwise."""
+It exits 0 when all but the last hold, and 1 naming the first bad line and receipt otherwise."""
 
 from __future__ import annotations
 
@@ -45,12 +49,14 @@ from ledger.core.checkpoint import (
     parse_tlog_proof,
     succession,
 )
+from ledger.core.cosignature import CosignatureError, WitnessPolicy
 from ledger.core.entries import Entry, EntryError, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, leaf_hash, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
 
 EXPORT_FORMAT = "interlock-receipts-export/v1"
-VERDICTS = ("authenticity", "integrity", "completeness", "history")
+VERDICTS = ("authenticity", "witnesses", "integrity", "completeness", "history")
+UNWITNESSED = WitnessPolicy()  # no witness trusted, none required
 
 
 class Failure(Exception):
@@ -70,6 +76,7 @@ class Report:
     proved: int = 0  # entries proved in the tree, copies included
     outcomes: Counter[str] = field(default_factory=Counter)
     known: int = 0  # known checkpoints the export's tree was found consistent with
+    cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
 
 
 @dataclass(frozen=True)
@@ -85,15 +92,24 @@ def verify_export(
     trusted: Iterable[Verifier],
     *,
     known: Iterable[KnownCheckpoint] = (),
+    witnesses: WitnessPolicy = UNWITNESSED,
 ) -> Report:
     """Check an export line by line; raise Failure at the first thing wrong."""
     numbered = enumerate(lines, start=1)
     header = _header(next(numbered, (1, b""))[1])
     keys = list(trusted)
     checkpoint = _authentic_checkpoint(header, keys)
+    try:
+        cosigned_by = witnesses.check(header["checkpoint"])
+    except CosignatureError as exc:
+        raise Failure("witnesses", "line 1", str(exc)) from exc
     held = _History.of(list(known), keys, header["checkpoint"], checkpoint)
     state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header), held)
-    report = Report(origin=header["origin"], size=checkpoint.size)
+    report = Report(
+        origin=header["origin"],
+        size=checkpoint.size,
+        cosigned_by=cosigned_by,
+    )
     for number, raw in numbered:
         where = f"line {number}"
         if state.finished:
@@ -534,6 +550,19 @@ def main(argv: list[str] | None = None) -> int:
         help="a trusted key of the export's log, named after its origin (repeat per rotation)",
     )
     parser.add_argument(
+        "--witness",
+        action="append",
+        default=[],
+        metavar="VKEY",
+        help="a trusted witness's cosignature/v1 vkey (repeatable)",
+    )
+    parser.add_argument(
+        "--witness-quorum",
+        type=int,
+        metavar="K",
+        help="how many of the --witness keys must have cosigned the checkpoint (default: all)",
+    )
+    parser.add_argument(
         "--known-checkpoint",
         action="append",
         type=Path,
@@ -547,20 +576,30 @@ def main(argv: list[str] | None = None) -> int:
         trusted = [parse_vkey(vkey) for vkey in args.vkey]
     except NoteError as exc:
         parser.error(f"--vkey: {exc}")
+    try:
+        witnesses = WitnessPolicy.of(args.witness, args.witness_quorum)
+    except CosignatureError as exc:
+        parser.error(f"--witness: {exc}")
     known = _known_checkpoints(parser, args.known_checkpoint)
     with args.export.open("rb") as export:
         try:
-            report = verify_export((line.rstrip(b"\n") for line in export), trusted, known=known)
+            report = verify_export(
+                (line.rstrip(b"\n") for line in export), trusted, known=known, witnesses=witnesses
+            )
         except Failure as failure:
             for verdict in VERDICTS:
                 if verdict == failure.verdict:
                     print(f"{verdict}: FAIL at {failure.where}: {failure.detail}")
                 elif verdict == "authenticity":
                     print("authenticity: OK  checkpoint signed by a trusted key")
+                elif verdict == "witnesses" and failure.verdict != "authenticity":
+                    # Checked right after authenticity: any later failure means it held.
+                    print(f"witnesses: {_witnessed(witnesses)}")
                 else:
                     print(f"{verdict}: not decided: verification stops at the first failure")
             return 1
     print(f"authenticity: OK  checkpoint of {report.origin} at size {report.size}, trusted key")
+    print(f"witnesses: {_witnessed(witnesses, report)}")
     print(
         f"integrity: OK  {report.receipts:,} receipts re-derived from their entries, "
         f"{report.proved:,} entries proved in the tree"
@@ -574,6 +613,18 @@ def main(argv: list[str] | None = None) -> int:
     for state, count in sorted(report.outcomes.items()):
         print(f"  {state:<34} {count:>8,}")
     return 0
+
+
+def _witnessed(witnesses: WitnessPolicy, report: Report | None = None) -> str:
+    if not witnesses.witnesses:
+        return "not checked: no --witness given"
+    if report is None:
+        return f"OK  cosigned by at least {witnesses.quorum} trusted witnesses"
+    names = ", ".join(sorted(report.cosigned_by))
+    return (
+        f"OK  cosigned by {len(report.cosigned_by)} of {len(witnesses.witnesses)} trusted "
+        f"witnesses ({names}), {witnesses.quorum} required"
+    )
 
 
 def _known_checkpoints(parser: argparse.ArgumentParser, files: list[Path]) -> list[KnownCheckpoint]:

@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from ledger.core.canonical import CanonicalJSONError, parse_canonical
-from ledger.models import Checkpoint, Entry, Log, SigningKey
+from ledger.models import Checkpoint, Cosignature, Entry, Log, SigningKey
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -27,9 +27,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Log)
 class LogAdmin(ReadOnlyAdmin):
-    list_display = ["origin", "size", "created_at"]
+    list_display = ["origin", "size", "required_cosignatures", "created_at"]
     search_fields = ["origin"]
-    fields = ["origin", "size", "head_hash_hex", "created_at"]
+    fields = ["origin", "size", "head_hash_hex", "required_cosignatures", "created_at"]
 
     @admin.display(description="head hash")
     def head_hash_hex(self, obj: Log) -> str:
@@ -65,10 +65,25 @@ class EntryAdmin(ReadOnlyAdmin):
 
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
-    list_display = ["log", "size", "created_at"]
+    list_display = ["log", "size", "witnesses", "created_at"]
     list_filter = ["log"]
     ordering = ["log", "-size"]
-    fields = ["log", "size", "note", "created_at"]
+    fields = ["log", "size", "published_note", "created_at"]
+
+    @admin.display(description="cosigned by")
+    def witnesses(self, obj: Checkpoint) -> str:
+        return ", ".join(sorted({c.witness for c in obj.cosignatures.all()})) or "-"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).prefetch_related("cosignatures")
+
+
+@admin.register(Cosignature)
+class CosignatureAdmin(ReadOnlyAdmin):
+    list_display = ["checkpoint", "witness", "key_id", "created_at"]
+    list_filter = ["witness"]
+    list_select_related = ["checkpoint__log"]
+    fields = ["checkpoint", "witness", "key_id", "timestamp", "line", "created_at"]
 
 
 @admin.register(SigningKey)

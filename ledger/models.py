@@ -1,8 +1,11 @@
 """The ledger's tables. Entries, Merkle nodes and checkpoints are append-only: database triggers
-(migration 0002) refuse UPDATE and DELETE, whatever the ORM or a stray SQL session tries. The
-signing-key registry is append-only too, but for closing the current key's period (0004)."""
+(migration 0002) refuse UPDATE and DELETE, whatever the ORM or a stray SQL session tries, and so
+do they for witness cosignatures (0006). The signing-key registry is append-only too, but for
+closing the current key's period (0004)."""
 
 from __future__ import annotations
+
+from functools import cached_property
 
 from django.db import models
 from django.db.models.lookups import IsNull
@@ -28,6 +31,9 @@ class Log(models.Model):
     head_hash = models.BinaryField(max_length=32)
     frontier = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)
+    # How many witness cosignatures a checkpoint needs before it is published (receipts,
+    # exports, /v1/checkpoints/latest); 0 publishes every signed checkpoint at once.
+    required_cosignatures = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -103,6 +109,36 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.log.origin} @ {self.size}"
+
+    @cached_property
+    def published_note(self) -> str:
+        """The signed note with every cosignature stored for it appended, as published."""
+        lines = self.cosignatures.order_by("witness", "key_id").values_list("line", flat=True)
+        return self.note + "".join(lines)
+
+
+class Cosignature(models.Model):
+    """A witness's cosignature/v1 of a checkpoint (C2SP tlog-cosignature): stored only once it
+    verifies under the witness's configured key, and append-only like the checkpoint."""
+
+    checkpoint = models.ForeignKey(
+        Checkpoint, on_delete=models.PROTECT, related_name="cosignatures"
+    )
+    witness = models.TextField()  # the witness's key name
+    key_id = models.CharField(max_length=8)  # its cosignature/v1 key id, hex
+    line = models.TextField()  # the signature line as the published note carries it
+    timestamp = models.BigIntegerField()  # when the witness cosigned, by its clock
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["checkpoint", "witness", "key_id"], name="cosignature_once_per_witness"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint} cosigned by {self.witness}"
 
 
 class SigningKey(models.Model):

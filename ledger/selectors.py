@@ -8,6 +8,7 @@ from collections.abc import Generator, Iterable
 from typing import Any
 
 from django.db import connection
+from django.db.models import Count, Max
 
 from ledger.core import merkle
 from ledger.core.checkpoint import (
@@ -22,7 +23,7 @@ from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint
-from ledger.models import Checkpoint, Entry, Log, MerkleNode, SigningKey, blob
+from ledger.models import Checkpoint, Cosignature, Entry, Log, MerkleNode, SigningKey, blob
 
 
 class LedgerLookupError(LookupError):
@@ -42,7 +43,32 @@ def get_log(*, origin: str) -> Log:
 
 
 def latest_checkpoint(*, log: Log) -> Checkpoint | None:
+    """The latest signed checkpoint, cosigned or not (what witnesses are sent)."""
     return Checkpoint.objects.filter(log=log).order_by("-size").first()
+
+
+def published_checkpoint(*, log: Log) -> Checkpoint | None:
+    """The latest checkpoint with the cosignatures of as many witnesses as the log requires:
+    what receipts, exports and /v1/checkpoints/latest show (with its `published_note`)."""
+    checkpoints = Checkpoint.objects.filter(log=log)
+    if log.required_cosignatures:
+        checkpoints = checkpoints.annotate(
+            witnesses=Count("cosignatures__witness", distinct=True)
+        ).filter(witnesses__gte=log.required_cosignatures)
+    return checkpoints.order_by("-size").first()
+
+
+def no_published_checkpoint(log: Log) -> str:
+    """What a log without a published checkpoint lacks, for messages."""
+    required = log.required_cosignatures
+    return "no signed checkpoint yet" + (f" cosigned by {required} witnesses" if required else "")
+
+
+def witnessed_size(*, log: Log, witness: str, key_id: str) -> int:
+    """The size of the largest checkpoint of the log this witness key cosigned, else 0: the
+    `old` size a witness holds for the log, unless it lost its state."""
+    rows = Cosignature.objects.filter(checkpoint__log=log, witness=witness, key_id=key_id)
+    return rows.aggregate(size=Max("checkpoint__size"))["size"] or 0
 
 
 def signing_keys() -> list[SigningKey]:
@@ -58,9 +84,9 @@ def log_verifiers(*, log: Log) -> list[Verifier]:
 def checkpoint_for_proof(*, log: Log, index: int, size: int | None = None) -> Checkpoint:
     """The signed checkpoint a proof of entry `index` is made against: of `size`, or the latest."""
     if size is None:
-        checkpoint = latest_checkpoint(log=log)
+        checkpoint = published_checkpoint(log=log)
         if checkpoint is None:
-            raise LedgerLookupError(f"log {log.origin} has no signed checkpoint yet")
+            raise LedgerLookupError(f"log {log.origin} has {no_published_checkpoint(log)}")
     else:
         checkpoint = Checkpoint.objects.filter(log=log, size=size).first()
         if checkpoint is None:
@@ -177,7 +203,7 @@ def tlog_proof(*, log: Log, index: int, size: int | None = None) -> TlogProof:
     return make_tlog_proof(
         index=index,
         hashes=inclusion_proof(log=log, index=index, size=checkpoint.size),
-        signed_checkpoint=checkpoint.note,
+        signed_checkpoint=checkpoint.published_note,
     )
 
 
@@ -191,7 +217,7 @@ def tlog_proofs(*, log: Log, indexes: Iterable[int], checkpoint: Checkpoint) -> 
         index: make_tlog_proof(
             index=index,
             hashes=merkle.hashes_for_ranges(path, nodes),
-            signed_checkpoint=checkpoint.note,
+            signed_checkpoint=checkpoint.published_note,
         ).text()
         for index, path in ranges.items()
     }

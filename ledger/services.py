@@ -11,8 +11,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -20,12 +22,21 @@ from ledger import selectors
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier
+from ledger.core.cosignature import CosignatureError, CosignerVerifier
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
 from ledger.core.merkle import Frontier, NodeId
 from ledger.core.note import Signer, is_valid_key_name
 from ledger.keys import SigningKeyError
-from ledger.models import ORIGIN_MAX_LENGTH, Checkpoint, Entry, Log, MerkleNode, SigningKey
+from ledger.models import (
+    ORIGIN_MAX_LENGTH,
+    Checkpoint,
+    Cosignature,
+    Entry,
+    Log,
+    MerkleNode,
+    SigningKey,
+)
 
 # Signing refused because the stored history disagrees with itself or with what was signed.
 alerts = logging.getLogger("ledger.alerts")
@@ -152,12 +163,51 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
             )
             if not registered:
                 _register_signing_key(signer, since=checkpoint.created_at)
+            transaction.on_commit(partial(_send_to_witnesses, checkpoint.pk))
             return checkpoint
     except selectors.TreeHeadRefused as refused:
         alerts.critical(
             "ledger %s: checkpoint signing refused: %s", log.origin, refused, extra={"log": log.pk}
         )
         raise
+
+
+def _send_to_witnesses(checkpoint_id: int) -> None:
+    """Queue the new checkpoint for the configured witnesses, once it is committed."""
+    if settings.LEDGER_WITNESSES:
+        from ledger.tasks import witness_checkpoint  # the tasks module imports this one
+
+        witness_checkpoint.delay(checkpoint_id)
+
+
+def record_cosignature(
+    *, checkpoint: Checkpoint, witness: CosignerVerifier, line: str
+) -> Cosignature:
+    """Keep a witness's cosignature of the checkpoint once it verifies under the witness's key;
+    CosignatureError if it does not, or is by another key. Recording it again is a no-op."""
+    body = checkpoint.note[: checkpoint.note.rfind("\n\n") + 1]
+    timestamp = witness.timestamp_of(line, body)
+    if timestamp is None:
+        raise CosignatureError(f"the witness's answer is not a cosignature by {witness.name}")
+    cosignature, _ = Cosignature.objects.get_or_create(
+        checkpoint=checkpoint,
+        witness=witness.name,
+        key_id=f"{witness.key_id:08x}",
+        defaults={"line": line, "timestamp": timestamp},
+    )
+    return cosignature
+
+
+def require_cosignatures(*, log: Log, count: int) -> None:
+    """Publish the log's checkpoints only once `count` witnesses cosigned them. An UPDATE of
+    this column alone: the head row's other columns move only with appends."""
+    if not 0 <= count <= len(settings.LEDGER_WITNESSES):
+        raise LedgerInputError(
+            f"{count} cosignatures required, but {len(settings.LEDGER_WITNESSES)} witnesses "
+            "are configured (LEDGER_WITNESSES)"
+        )
+    Log.objects.filter(pk=log.pk).update(required_cosignatures=count)
+    log.required_cosignatures = count
 
 
 def _hold_signing_key(signer: Signer) -> bool:

@@ -1,14 +1,16 @@
-"""Periodic checkpoint signing (Celery beat runs it; see CELERY_BEAT_SCHEDULE)."""
+"""Periodic checkpoint signing and witnessing (Celery beat runs them; see CELERY_BEAT_SCHEDULE),
+and witnessing of each new checkpoint once it is committed."""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import F, Max
 from django.db.models.functions import Coalesce
 
-from ledger import services
+from ledger import selectors, services, witnessing
 from ledger.keys import load_signing_key
-from ledger.models import Log
+from ledger.models import Checkpoint, Log
 from ledger.selectors import TreeHeadRefused
 
 
@@ -29,3 +31,31 @@ def sign_due_checkpoints() -> list[int]:
         except TreeHeadRefused:
             continue  # alerted by sign_checkpoint; one rewritten log stops no other log's signing
     return signed
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def witness_checkpoint(checkpoint_id: int) -> dict[str, str]:
+    """Send one signed checkpoint to the configured witnesses; a witness that cosigned it
+    already is not asked again, so rerunning is safe."""
+    checkpoint = Checkpoint.objects.select_related("log").filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        return {}
+    return _values(witnessing.send_to_witnesses(checkpoint=checkpoint))
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def witness_latest_checkpoints() -> dict[str, dict[str, str]]:
+    """Send each log's latest checkpoint to the witnesses that have not cosigned it (one was
+    down, or the notary stopped before the first try)."""
+    if not settings.LEDGER_WITNESSES:
+        return {}
+    sent = {}
+    for log in Log.objects.all():
+        checkpoint = selectors.latest_checkpoint(log=log)
+        if checkpoint is not None:
+            sent[log.origin] = _values(witnessing.send_to_witnesses(checkpoint=checkpoint))
+    return sent
+
+
+def _values(outcomes: dict[str, witnessing.Outcome]) -> dict[str, str]:
+    return {name: outcome.value for name, outcome in outcomes.items()}

@@ -46,8 +46,9 @@ from ledger.models import Checkpoint, Entry
 from ledger.selectors import (
     LedgerLookupError,
     entries_at,
-    latest_checkpoint,
     log_verifiers,
+    no_published_checkpoint,
+    published_checkpoint,
     signing_keys,
     tlog_proofs,
 )
@@ -77,11 +78,14 @@ def export_receipts(
     state: str | None = None,
 ) -> Iterator[str]:
     """The export's lines (each ending in a newline) for the effects proposed in [since, until)
-    whose state as of the latest signed checkpoint is `state` (a prefix when it ends in `*`)."""
+    whose state as of the published checkpoint (the latest signed one with the cosignatures the
+    log requires, which the header carries) is `state` (a prefix when it ends in `*`)."""
     log = tenant.log
-    checkpoint = latest_checkpoint(log=log)
+    checkpoint = published_checkpoint(log=log)
     if checkpoint is None:
-        raise NotaryConflict("no_checkpoint", f"log {log.origin} has no signed checkpoint yet")
+        raise NotaryConflict(
+            "no_checkpoint", f"log {log.origin} has {no_published_checkpoint(log)}"
+        )
     tree = _signed_tree(checkpoint)
     end = checkpoint.size
     yield _line(
@@ -89,7 +93,7 @@ def export_receipts(
             "type": "header",
             "format": EXPORT_FORMAT,
             "origin": log.origin,
-            "checkpoint": checkpoint.note,
+            "checkpoint": checkpoint.published_note,
             "vkeys": [log_verifier(log.origin, parse_vkey(k.vkey)).vkey for k in signing_keys()],
             "range": {"first": 0, "end": end},
             "filter": {
@@ -124,7 +128,7 @@ def _signed_tree(checkpoint: Checkpoint) -> SignedTree:
     """The tree the stored checkpoint signs, opened under the published keys."""
     log = checkpoint.log
     try:
-        tree = open_checkpoint(checkpoint.note, log_verifiers(log=log), origin=log.origin)
+        tree = open_checkpoint(checkpoint.published_note, log_verifiers(log=log), origin=log.origin)
     except CheckpointError as exc:
         detail = f"the checkpoint of {log.origin} at size {checkpoint.size}: {exc}"
         raise ExportDamaged(detail) from exc

@@ -12,7 +12,7 @@ AUDITORS = "Auditors"
 
 _READ = {
     "notary": ["tenant", "target", "lease", "leaserequest", "effect", "ambiguouseffect"],
-    "ledger": ["log", "entry", "checkpoint", "signingkey"],
+    "ledger": ["log", "entry", "checkpoint", "cosignature", "signingkey"],
     "webhooks": ["endpoint", "rawevent", "ingestion"],
 }
 _DECIDE = [("notary", "resolve_effect"), ("notary", "revoke_lease")]

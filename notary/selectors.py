@@ -17,7 +17,7 @@ from ledger.selectors import (
     effect_entries,
     entries_at,
     iter_effect_histories,
-    latest_checkpoint,
+    published_checkpoint,
     tlog_proof,
 )
 from notary.errors import NotaryNotFound
@@ -104,7 +104,7 @@ def effect_receipt(*, tenant: Tenant, effect_id: str, payload_hash: str | None) 
         receipt = derive_receipt(entries, effect_id, payload_hash=payload_hash)
     except ReceiptError as exc:
         raise NotaryNotFound(str(exc)) from exc
-    checkpoint = latest_checkpoint(log=tenant.log)
+    checkpoint = published_checkpoint(log=tenant.log)
     proofs: dict[int, str | None] = {}
     for entry in entries:
         covered = checkpoint is not None and entry.seq < checkpoint.size
@@ -116,7 +116,7 @@ def effect_receipt(*, tenant: Tenant, effect_id: str, payload_hash: str | None) 
     return ProvedReceipt(
         receipt=receipt,
         entries=entries,
-        checkpoint=checkpoint.note if checkpoint is not None else None,
+        checkpoint=checkpoint.published_note if checkpoint is not None else None,
         proofs=proofs,
     )
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from ledger.core.cosignature import CosignatureError, parse_cosigner_vkey
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -26,6 +28,33 @@ def env_bool(name: str, default: bool) -> bool:
     if value.lower() in {"0", "false", "no", "off", ""}:
         return False
     raise ImproperlyConfigured(f"{name}={value!r} is not a boolean")
+
+
+def read_lines(path: str) -> list[str]:
+    """The non-empty lines of a file that is not '#' comments; none for an empty path."""
+    if not path:
+        return []
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ImproperlyConfigured(f"cannot read {path}: {exc}") from exc
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def parse_witnesses(text: str) -> list[tuple[str, str]]:
+    """`URL VKEY, URL VKEY, ...` as (url, vkey) pairs; each vkey a cosignature/v1 key."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        url, _, vkey = item.partition(" ")
+        try:
+            parse_cosigner_vkey(vkey.strip())
+        except CosignatureError as exc:
+            raise ImproperlyConfigured(f"LEDGER_WITNESSES: {item!r}: {exc}") from exc
+        if not url.startswith(("http://", "https://")):
+            raise ImproperlyConfigured(f"LEDGER_WITNESSES: {url!r} is not an http(s) URL")
+        pairs.append((url.rstrip("/"), vkey.strip()))
+    return pairs
 
 
 def env_int(name: str, default: int) -> int:
@@ -218,6 +247,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "webhooks.tasks.ingest_stranded_events",
         "schedule": float(env_int("NOTARY_SWEEP_INTERVAL_SECONDS", 30)),
     },
+    "witness-checkpoints": {
+        "task": "ledger.tasks.witness_latest_checkpoints",
+        "schedule": float(env_int("NOTARY_CHECKPOINT_INTERVAL_SECONDS", 60)),
+    },
     "prune-webhook-quarantine": {
         "task": "webhooks.tasks.prune_unverified_requests",
         "schedule": 3600.0,
@@ -240,6 +273,17 @@ WEBHOOK_INGEST_GRACE_SECONDS = env_int("WEBHOOK_INGEST_GRACE_SECONDS", 60)
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))
 # Each tenant's log is named <NOTARY_ORIGIN>/<tenant slug>; it also names the log's signing key.
 NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
+# The witnesses (C2SP tlog-witness) every signed checkpoint is sent to, as "URL VKEY" pairs
+# separated by commas, and one pair per line in LEDGER_WITNESSES_FILE if it is set (a file a
+# deployment writes once the witnesses' keys exist); VKEY is the witness's cosignature/v1 key
+# (`python -m witness vkey`). Run each witness with --log-family <NOTARY_ORIGIN>=<the notary's
+# vkey from /v1/keys>.
+LEDGER_WITNESSES = parse_witnesses(env_str("LEDGER_WITNESSES", "")) + parse_witnesses(
+    ",".join(read_lines(env_str("LEDGER_WITNESSES_FILE", "")))
+)
+# How long one add-checkpoint request to a witness may take before the try counts as failed
+# (the beat's witness-checkpoints task tries again).
+LEDGER_WITNESS_TIMEOUT_SECONDS = float(env_int("LEDGER_WITNESS_TIMEOUT_SECONDS", 10))
 
 LOGGING = {
     "version": 1,

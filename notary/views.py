@@ -74,7 +74,9 @@ ATTESTATION_CONFLICT = error_response(
 )
 ATTESTATION_NOT_FOUND = error_response("`not_found`: no such effect for this tenant")
 NO_CHECKPOINT = error_response(
-    "`no_checkpoint`: the tenant's log has no signed checkpoint yet", ConflictOutput
+    "`no_checkpoint`: the tenant's log has no signed checkpoint yet (with the witness "
+    "cosignatures it requires)",
+    ConflictOutput,
 )
 RECEIPT_NOT_FOUND = error_response(
     "`not_found`: no such effect, or no refused re-decided payload with this `payload_hash`"

@@ -15,7 +15,12 @@ from ledger.core.entries import genesis_hash, seal_entry
 from ledger.core.merkle import Frontier
 from ledger.models import Entry, Log, MerkleNode
 
-APPEND_ONLY_TABLES = ("ledger_entry", "ledger_merklenode", "ledger_checkpoint")
+APPEND_ONLY_TABLES = (
+    "ledger_entry",
+    "ledger_merklenode",
+    "ledger_checkpoint",
+    "ledger_cosignature",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ def restore(backup: Backup) -> None:
         cursor.execute(
             "DELETE FROM ledger_merklenode WHERE log_id = %s"
             ' AND ("index" + 1) * (2::numeric ^ level) > %s',
+            [pk, size],
+        )
+        cursor.execute(
+            "DELETE FROM ledger_cosignature WHERE checkpoint_id IN"
+            " (SELECT id FROM ledger_checkpoint WHERE log_id = %s AND size > %s)",
             [pk, size],
         )
         cursor.execute("DELETE FROM ledger_checkpoint WHERE log_id = %s AND size > %s", [pk, size])

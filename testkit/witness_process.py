@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -144,3 +145,38 @@ def spawn_witness(*, key: Path, vkey: str, state: Path, logs: Sequence[str]) -> 
 
     wait_until_answering(healthz, process, stderr, "the witness", OSError)
     return running
+
+
+class WitnessSet:
+    """Named witness processes for one notary's logs (`--log-family`), each listed in
+    `settings.LEDGER_WITNESSES` (a test's settings) once it answers. A restarted witness keeps
+    its key and, unless told otherwise, its state."""
+
+    def __init__(self, folder: Path, settings: Any, *, family: str) -> None:
+        self.folder, self.settings, self.family = folder, settings, family
+        self.running: dict[str, RunningWitness] = {}
+        settings.LEDGER_WITNESSES = []
+
+    def start(self, name: str, *, fresh_state: bool = False) -> RunningWitness:
+        """Start the witness `name` (key name `<name>.witness.example`), or restart it."""
+        key, state = self.folder / f"{name}.key", self.folder / f"{name}.state"
+        if name in self.running:
+            vkey = self.running[name].vkey
+            self.stop(name)
+        else:
+            vkey = witness_keygen(key, f"{name}.witness.example")
+        if fresh_state:
+            state.unlink()
+        running = spawn_witness(key=key, vkey=vkey, state=state, logs=["--log-family", self.family])
+        self.running[name] = running
+        listed = [(u, v) for u, v in self.settings.LEDGER_WITNESSES if v != vkey]
+        self.settings.LEDGER_WITNESSES = [*listed, (running.url, vkey)]
+        return running
+
+    def stop(self, name: str) -> None:
+        """Kill the witness; it stays listed, as a witness that is down does."""
+        self.running[name].stop()
+
+    def stop_all(self) -> None:
+        for running in self.running.values():
+            running.stop()

@@ -33,11 +33,19 @@ class LogVkeysOutput(serializers.Serializer):  # type: ignore[type-arg]
 
 class CheckpointOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     origin = serializers.CharField(source="log.origin")
-    note = serializers.CharField(help_text="the C2SP signed note of the tlog-checkpoint")
+    note = serializers.CharField(
+        source="published_note",
+        help_text="the C2SP signed note of the tlog-checkpoint: the notary's signature, then "
+        "each witness's cosignature/v1 (C2SP tlog-cosignature)",
+    )
+    cosigned_by = serializers.SerializerMethodField(help_text="the witnesses that cosigned it")
 
     class Meta:
         model = Checkpoint
-        fields = ["origin", "size", "note"]
+        fields = ["origin", "size", "note", "cosigned_by"]
+
+    def get_cosigned_by(self, checkpoint: Checkpoint) -> list[str]:
+        return sorted({c.witness for c in checkpoint.cosignatures.all()})
 
 
 class InclusionProofQuery(serializers.Serializer):  # type: ignore[type-arg]

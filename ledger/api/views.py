@@ -37,7 +37,10 @@ from ledger.models import Log
 
 # Refusals of an authenticated caller (401, 429) and of a query (400) are added by the
 # project's schema class (settings' DEFAULT_SCHEMA_CLASS); these are the ledger's own.
-NO_CHECKPOINT = error_response("`not_found`: the caller's log has no signed checkpoint yet")
+NO_CHECKPOINT = error_response(
+    "`not_found`: the caller's log has no signed checkpoint yet (with the witness cosignatures "
+    "it requires)"
+)
 NO_LOG = error_response("`not_found`: no log with that origin")
 NO_PROOF = error_response(
     "`not_found`: no signed checkpoint of that size (or none yet), or no such entry in it"
@@ -100,9 +103,9 @@ class LatestCheckpointView(APIView):
     @extend_schema(responses={200: CheckpointOutput, 404: NO_CHECKPOINT})
     def get(self, request: Request) -> Response:
         log = _caller_log(request)
-        checkpoint = selectors.latest_checkpoint(log=log)
+        checkpoint = selectors.published_checkpoint(log=log)
         if checkpoint is None:
-            raise NotFound(f"log {log.origin} has no signed checkpoint yet")
+            raise NotFound(f"log {log.origin} has {selectors.no_published_checkpoint(log)}")
         return Response(CheckpointOutput(checkpoint).data)
 
 

@@ -142,6 +142,15 @@ class TlogProof:
         return checkpoint
 
 
+def add_checkpoint_request(
+    *, old_size: int, proof: Sequence[bytes], signed_checkpoint: str
+) -> bytes:
+    """The body of a C2SP tlog-witness add-checkpoint request: `old <size>`, the consistency
+    proof from that size one base64 hash per line, an empty line, the signed checkpoint."""
+    lines = [f"old {old_size}", *(base64.b64encode(h).decode() for h in proof)]
+    return ("\n".join(lines) + "\n\n" + signed_checkpoint).encode()
+
+
 def make_tlog_proof(*, index: int, hashes: Sequence[bytes], signed_checkpoint: str) -> TlogProof:
     return TlogProof(index, tuple(hashes), signed_checkpoint)
 

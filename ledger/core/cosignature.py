@@ -155,6 +155,30 @@ def require_cosignatures(
     return found
 
 
+@dataclass(frozen=True)
+class WitnessPolicy:
+    """Whom a client trusts to witness a log, and how many of them must have cosigned a
+    checkpoint before the client accepts it (no witnesses: none required)."""
+
+    witnesses: tuple[CosignerVerifier, ...] = ()
+    quorum: int = 0
+
+    @classmethod
+    def of(cls, vkeys: Iterable[str], quorum: int | None = None) -> WitnessPolicy:
+        """Witnesses from their vkeys; `quorum` defaults to all of them."""
+        witnesses = tuple(parse_cosigner_vkey(vkey) for vkey in vkeys)
+        required = len(witnesses) if quorum is None else quorum
+        if not 0 <= required <= len(witnesses):
+            raise CosignatureError(
+                f"a quorum of {required} is not between 0 and the {len(witnesses)} witnesses"
+            )
+        return cls(witnesses, required)
+
+    def check(self, note: str) -> dict[str, int]:
+        """The note's cosigners (name -> timestamp); CosignatureError short of the quorum."""
+        return require_cosignatures(note, self.witnesses, quorum=self.quorum)
+
+
 def parse_cosigner_vkey(text: str) -> CosignerVerifier:
     name, key_hash, key = _split_key(text.strip(), "cosigner vkey")
     verifier = CosignerVerifier(name, key)

@@ -10,6 +10,7 @@ import pytest
 from ledger.core.cosignature import (
     CosignatureError,
     CosignerKey,
+    WitnessPolicy,
     cosigners,
     parse_cosigner_skey,
     parse_cosigner_vkey,
@@ -79,3 +80,15 @@ def test_a_forged_cosignature_by_a_trusted_witness_rejects_the_note() -> None:
     forged = BODY + "\n" + witness.cosign(other_body, timestamp=1700000000)  # signs another tree
     with pytest.raises(CosignatureError, match=r"invalid cosignature by w\.example"):
         require_cosignatures(forged, [witness.verifier], quorum=1)
+
+
+def test_a_witness_policy_defaults_to_every_witness_and_refuses_an_impossible_quorum() -> None:
+    first, second = CosignerKey.generate("a.example"), CosignerKey.generate("b.example")
+    vkeys = [first.verifier.vkey, second.verifier.vkey]
+    assert WitnessPolicy.of(vkeys).quorum == 2
+    assert WitnessPolicy.of([]).check(_cosigned(BODY)) == {}  # nothing required
+    assert set(WitnessPolicy.of(vkeys, 1).check(_cosigned(BODY, second))) == {"b.example"}
+    with pytest.raises(CosignatureError, match="2 required"):
+        WitnessPolicy.of(vkeys).check(_cosigned(BODY, second))
+    with pytest.raises(CosignatureError, match="quorum of 3"):
+        WitnessPolicy.of(vkeys, 3)

@@ -297,7 +297,9 @@ def test_truncate_with_allow_truncate_fails_the_held_checkpoint(held: Held) -> N
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL ledger.allow_truncate = 'on'")
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        cursor.execute("TRUNCATE ledger_entry, ledger_merklenode, ledger_checkpoint")
+        cursor.execute(
+            "TRUNCATE ledger_entry, ledger_merklenode, ledger_checkpoint, ledger_cosignature"
+        )
     cover_tracks(log)
     assert verify_ledger(log).startswith(f"OK {log.origin}: 0 entries")
     failure = verify_ledger_failure(log, held.at_20)

@@ -16,9 +16,14 @@ import pytest
 import yaml
 from django.core.management import get_commands
 
+from ledger.core.checkpoint import Checkpoint, log_verifier
+from ledger.core.note import Signer
+from ledger.keys import load_signing_key
 from notary.celery import app
-from testkit.notary_server import free_port
+from notary.settings import parse_witnesses
+from testkit.notary_server import free_port, wait_until_answering
 from testkit.paths import REPO_ROOT
+from testkit.witness_process import RunningWitness, spec_cosignature_timestamp
 
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
 
@@ -28,8 +33,9 @@ def _command(service: str) -> list[str]:
     return command if isinstance(command, list) else shlex.split(command)
 
 
-def test_compose_runs_postgres_redis_web_worker_and_beat() -> None:
-    assert {"postgres", "redis", "web", "worker", "beat"} <= set(COMPOSE["services"])
+def test_compose_runs_postgres_redis_web_worker_beat_and_two_witnesses() -> None:
+    expected = {"postgres", "redis", "web", "worker", "beat", "witness1", "witness2"}
+    assert expected <= set(COMPOSE["services"])
 
 
 def test_every_manage_py_command_in_compose_exists() -> None:
@@ -52,6 +58,7 @@ def test_compose_celery_commands_name_the_project_app() -> None:
         "notary.tasks.sweep_in_flight",
         "webhooks.tasks.ingest_stranded_events",
         "webhooks.tasks.prune_unverified_requests",
+        "ledger.tasks.witness_latest_checkpoints",
     }
     assert scheduled <= set(app.tasks)
 
@@ -115,3 +122,65 @@ def test_production_settings_refuse_to_start_without_a_secret_key(tmp_path: Path
     )
     assert result.returncode != 0
     assert "SECRET_KEY must be set when DEBUG is off" in result.stderr
+
+
+def _shell(service: str, folder: Path, mounts: dict[str, str], port: int = 8700) -> str:
+    """The service's `sh -c` script as a shell runs it (compose's `$$` is `$`), its volumes
+    mapped into `folder` and its port onto `port`."""
+    command = _command(service)
+    assert command[:2] == ["sh", "-c"]
+    script = command[2].replace("$$", "$").replace("0.0.0.0:8700", f"127.0.0.1:{port}")
+    for mount, subfolder in mounts.items():
+        script = script.replace(mount, f"{folder}/{subfolder}")
+    return script
+
+
+@pytest.mark.slow
+def test_the_compose_witnesses_start_and_cosign_the_notarys_checkpoints(tmp_path: Path) -> None:
+    """witness-keys, init's key step and a witness, run as compose runs them (volumes mapped to
+    folders): the notary's settings read the witness list, and the witness cosigns a
+    checkpoint of a tenant log signed with the key init made."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the image's python
+        "NOTARY_ORIGIN": "notary.compose.example",
+    }
+    for volume in ("witness1", "witness2", "public"):
+        (tmp_path / volume).mkdir()
+    keys = _shell("witness-keys", tmp_path, {"/witness$n/": "witness$n/", "/public/": "public/"})
+    for _ in range(2):  # a second start keeps the keys it made
+        subprocess.run(["sh", "-c", keys], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+        witnesses = (tmp_path / "public" / "witnesses").read_text().splitlines()
+        listed = parse_witnesses(",".join(witnesses))
+        assert [url for url, _ in listed] == ["http://witness1:8700", "http://witness2:8700"]
+
+    init = " ".join(_command("init")).split("(test -f /keys/signing.key ||", 1)[1].rstrip(')" ')
+    key_step = init.replace("/keys/", f"{tmp_path}/").replace("/public/", f"{tmp_path}/public/")
+    subprocess.run(["sh", "-c", key_step], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+    signer: Signer = load_signing_key(tmp_path / "signing.key")
+    assert (tmp_path / "public" / "notary.vkey").read_text().strip() == signer.verifier.vkey
+
+    port = free_port()
+    serve = _shell("witness1", tmp_path, {"/witness/": "witness1/", "/public/": "public/"}, port)
+    log = tmp_path / "witness1.stderr"
+    process = subprocess.Popen(
+        ["sh", "-c", serve],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    witness = RunningWitness(f"http://127.0.0.1:{port}", listed[0][1], process)
+    try:
+        wait_until_answering(
+            lambda: witness.request("GET", "/healthz"), process, log, "the witness", OSError
+        )
+        origin = "notary.compose.example/acme"
+        note = Checkpoint(origin, 1, bytes(32)).sign(signer)
+        answer = witness.add_checkpoint(old=0, proof=[], note=note)
+        assert answer.status == 200, answer.text
+        body = note[: note.rfind("\n\n") + 1]
+        assert spec_cosignature_timestamp(answer.text, body, witness.vkey) > 0
+        assert log_verifier(origin, signer).name == origin
+    finally:
+        witness.stop()

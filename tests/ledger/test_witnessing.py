@@ -1,0 +1,157 @@
+"""The notary sends every checkpoint it signs to its witnesses (real `python -m witness`
+processes) and publishes it with their cosignatures, which the spec-text verifier of
+testkit.witness_process checks; a log that requires k cosignatures publishes nothing less."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import LazySettings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from ledger import selectors, services, tasks
+from ledger.core.checkpoint import Checkpoint as CheckpointText
+from ledger.core.checkpoint import log_verifier, open_checkpoint
+from ledger.core.note import Signer
+from ledger.models import Checkpoint, Cosignature, Log
+from notary.models import Tenant
+from testkit import insider
+from testkit.witness_process import WitnessSet, spec_cosigned_by
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def witnesses(tmp_path: Path, settings: LazySettings, signer: Signer) -> Iterator[WitnessSet]:
+    started = WitnessSet(
+        tmp_path, settings, family=f"test.interlock.example={signer.verifier.vkey}"
+    )
+    yield started
+    started.stop_all()
+
+
+def grow_and_sign(log: Log, signer: Signer, count: int) -> Checkpoint:
+    for n in range(count):
+        services.append_entry(log=log, kind="PROPOSED", body={"n": n})
+    return services.sign_checkpoint(log=log, signer=signer)  # witnessed after its commit
+
+
+def body_of(note: str) -> str:
+    return note[: note.rfind("\n\n") + 1]
+
+
+def test_every_signed_checkpoint_is_cosigned_by_each_witness_and_published_with_them(
+    log: Log, signer: Signer, witnesses: WitnessSet
+) -> None:
+    first, second = witnesses.start("w1"), witnesses.start("w2")
+    for count in (3, 4, 9):
+        checkpoint = grow_and_sign(log, signer, count)
+        published = selectors.published_checkpoint(log=log)
+        assert published is not None and published.pk == checkpoint.pk
+        note = published.published_note
+        assert note.startswith(checkpoint.note)  # the notary's signature, then cosignatures
+        for witness in (first, second):
+            assert spec_cosigned_by(note, witness.vkey) is not None
+            assert body_of(witness.held(log.origin).text) == body_of(checkpoint.note)
+        opened = open_checkpoint(note, [log_verifier(log.origin, signer)], origin=log.origin)
+        assert opened.size == log.size
+    assert Cosignature.objects.filter(checkpoint__log=log).count() == 6
+
+
+def test_a_log_requiring_two_cosignatures_publishes_only_what_two_witnesses_cosigned(
+    log: Log, signer: Signer, witnesses: WitnessSet
+) -> None:
+    witnesses.start("w1")
+    second = witnesses.start("w2")
+    services.require_cosignatures(log=log, count=2)
+    both = grow_and_sign(log, signer, 2)
+    witnesses.stop("w2")
+    one = grow_and_sign(log, signer, 2)  # w2 is down: cosigned by w1 only
+    assert one.cosignatures.count() == 1
+    assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == both
+
+    # Back up, w2 catches up on the next beat, from the size it cosigned (2) to 4.
+    witnesses.start("w2")
+    assert tasks.witness_latest_checkpoints()[log.origin]["w2.witness.example"] == "cosigned"
+    published = selectors.published_checkpoint(log=Log.objects.get(pk=log.pk))
+    assert published == one
+    assert spec_cosigned_by(published.published_note, second.vkey) is not None
+    assert tasks.witness_latest_checkpoints()[log.origin] == {
+        "w1.witness.example": "already",
+        "w2.witness.example": "already",
+    }
+    with pytest.raises(services.LedgerInputError, match="2 witnesses are configured"):
+        services.require_cosignatures(log=log, count=3)
+
+
+def test_a_witness_that_lost_its_state_is_brought_forward_from_the_size_it_names(
+    log: Log, signer: Signer, witnesses: WitnessSet
+) -> None:
+    witnesses.start("w1")
+    grow_and_sign(log, signer, 3)
+    witness = witnesses.start("w1", fresh_state=True)  # holds nothing now: answers 409 "0"
+    checkpoint = grow_and_sign(log, signer, 2)
+    assert spec_cosigned_by(checkpoint.published_note, witness.vkey) is not None
+    assert body_of(witness.held(log.origin).text) == body_of(checkpoint.note)
+
+
+def test_a_forged_tree_is_refused_by_the_witness_alerted_and_never_published(
+    log: Log, signer: Signer, witnesses: WitnessSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The notary's key signs a tree of 7 that does not extend the 3 the witness cosigned (an
+    insider with the key and the database): the witness refuses it with 422, the notary logs a
+    critical alert, and the published checkpoint stays the witnessed one."""
+    witnesses.start("w1")
+    services.require_cosignatures(log=log, count=1)
+    honest = grow_and_sign(log, signer, 3)
+    for n in range(4):
+        services.append_entry(log=log, kind="PROPOSED", body={"n": n})
+    forged_root = hashlib.sha256(b"another history").digest()
+    forged = Checkpoint.objects.create(
+        log=log,
+        size=7,
+        root=forged_root,
+        note=CheckpointText(log.origin, 7, forged_root).sign(signer),
+    )
+    with caplog.at_level(logging.CRITICAL, logger="ledger.alerts"):
+        assert tasks.witness_checkpoint(forged.pk) == {"w1.witness.example": "refused"}
+    assert "witness w1.witness.example refused the checkpoint of size 7 (422)" in caplog.text
+    assert "consistency proof from size 3 does not verify" in caplog.text
+    assert forged.cosignatures.count() == 0
+    assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == honest
+
+
+def test_a_database_restored_from_an_old_backup_is_caught_by_the_witness(
+    log: Log, signer: Signer, witnesses: WitnessSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The witness cosigned size 5; the database is put back to a backup at size 3, which grows
+    to 4 and is signed. The witness holds 5, more than the log has: it answers 409 with 5, the
+    notary alerts, and nothing of the restored history is cosigned."""
+    witnesses.start("w1")
+    grow_and_sign(log, signer, 3)
+    backup = insider.back_up(log)
+    grow_and_sign(log, signer, 2)
+    insider.restore(backup)
+    restored = Log.objects.get(pk=log.pk)
+    with caplog.at_level(logging.CRITICAL, logger="ledger.alerts"):
+        again = grow_and_sign(restored, signer, 1)
+    assert again.size == 4 and again.cosignatures.count() == 0
+    assert "holds a cosigned tree of size 5, larger than the log (4)" in caplog.text
+    assert "rolled back" in caplog.text
+
+
+def test_require_cosignatures_command_sets_a_tenants_quorum(
+    acme: Tenant, witnesses: WitnessSet
+) -> None:
+    witnesses.start("w1")
+    call_command("require_cosignatures", "--tenant", "acme", "--count", "1")
+    assert Log.objects.get(pk=acme.log.pk).required_cosignatures == 1
+    with pytest.raises(CommandError, match="1 witnesses are configured"):
+        call_command("require_cosignatures", "--tenant", "acme", "--count", "2")
+    with pytest.raises(CommandError, match="no tenant"):
+        call_command("require_cosignatures", "--tenant", "nobody", "--count", "0")
