@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 
 from ledger.core import merkle
 from ledger.core.checkpoint import (
@@ -18,6 +19,7 @@ from ledger.core.checkpoint import (
     make_tlog_proof,
     open_checkpoint,
 )
+from ledger.core.cosignature import CosignatureError, CosignerVerifier, parse_cosigner_vkey
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
@@ -52,10 +54,48 @@ def published_checkpoint(*, log: Log) -> Checkpoint | None:
     what receipts, exports and /v1/checkpoints/latest show (with its `published_note`)."""
     checkpoints = Checkpoint.objects.filter(log=log)
     if log.required_cosignatures:
+        witnesses = configured_witness_keys()  # only the witnesses configured now count
+        if len(witnesses) < log.required_cosignatures:
+            return None
+        trusted = Q()
+        for witness in witnesses:
+            trusted |= Q(
+                cosignatures__witness=witness.name, cosignatures__key_id=f"{witness.key_id:08x}"
+            )
         checkpoints = checkpoints.annotate(
-            witnesses=Count("cosignatures__witness", distinct=True)
+            witnesses=Count("cosignatures__witness", filter=trusted, distinct=True)
         ).filter(witnesses__gte=log.required_cosignatures)
     return checkpoints.order_by("-size").first()
+
+
+def configured_witness_keys() -> list[CosignerVerifier]:
+    """The keys of the witnesses in settings.LEDGER_WITNESSES."""
+    return [parse_cosigner_vkey(vkey) for _, vkey in settings.LEDGER_WITNESSES]
+
+
+def cosignature_problems(*, log: Log) -> list[str]:
+    """Stored cosignatures of the log's checkpoints by a configured witness that do not verify
+    under its key: rows written past the witnessing code (a LEDGER_VERIFY_CHECKS check)."""
+    keys = {(w.name, f"{w.key_id:08x}"): w for w in configured_witness_keys()}
+    problems = []
+    rows = Cosignature.objects.filter(checkpoint__log=log).select_related("checkpoint")
+    for row in rows.order_by("checkpoint__size", "witness"):
+        witness = keys.get((row.witness, row.key_id))
+        if witness is None:
+            continue  # a witness no longer configured: its cosignatures count for nothing here
+        note = row.checkpoint.note
+        try:
+            verified = witness.timestamp_of(row.line, note[: note.rfind("\n\n") + 1])
+        except CosignatureError as exc:
+            verified, reason = None, str(exc)
+        else:
+            reason = "the line is not by that witness key"
+        if verified is None or verified != row.timestamp:
+            problems.append(
+                f"cosignature of checkpoint {row.checkpoint.size} by {row.witness}: "
+                f"{reason if verified is None else 'its timestamp is not the stored one'}"
+            )
+    return problems
 
 
 def no_published_checkpoint(log: Log) -> str:

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from ledger import selectors, services
 from ledger.core.checkpoint import add_checkpoint_request
-from ledger.core.cosignature import CosignatureError, CosignerVerifier, parse_cosigner_vkey
+from ledger.core.cosignature import CosignatureError, CosignerVerifier
 from ledger.models import Checkpoint, Cosignature
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
@@ -46,8 +46,10 @@ class Outcome(enum.StrEnum):
 
 
 def configured_witnesses() -> list[WitnessEndpoint]:
+    keys = selectors.configured_witness_keys()
     return [
-        WitnessEndpoint(url, parse_cosigner_vkey(vkey)) for url, vkey in settings.LEDGER_WITNESSES
+        WitnessEndpoint(url, key)
+        for (url, _), key in zip(settings.LEDGER_WITNESSES, keys, strict=True)
     ]
 
 

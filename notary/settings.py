@@ -171,6 +171,7 @@ LEDGER_API_CALLER_LOG = "notary.authentication.caller_log"
 # effects table against the entries (rebuild_effects --check), and every OBSERVED webhook
 # entry's raw event against the digest the entry records.
 LEDGER_VERIFY_CHECKS = [
+    "ledger.selectors.cosignature_problems",
     "notary.selectors.effect_projection_problems",
     "webhooks.selectors.observed_evidence_problems",
 ]

@@ -5,6 +5,7 @@ testkit.witness_process checks; a log that requires k cosignatures publishes not
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from django.core.management.base import CommandError
 from ledger import selectors, services, tasks
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier, open_checkpoint
+from ledger.core.cosignature import CosignerKey, parse_cosigner_vkey
 from ledger.core.note import Signer
 from ledger.models import Checkpoint, Cosignature, Log
 from notary.models import Tenant
@@ -155,3 +157,41 @@ def test_require_cosignatures_command_sets_a_tenants_quorum(
         call_command("require_cosignatures", "--tenant", "acme", "--count", "2")
     with pytest.raises(CommandError, match="no tenant"):
         call_command("require_cosignatures", "--tenant", "nobody", "--count", "0")
+
+
+def test_cosignature_rows_written_past_the_witnesses_count_for_nothing_and_are_reported(
+    log: Log, signer: Signer, witnesses: WitnessSet
+) -> None:
+    """An insider inserts cosignature rows: one by a key no witness holds (it never counts
+    toward the quorum) and one under a configured witness's name and key id whose signature is
+    for another tree (verify_ledger reports it)."""
+    witness = witnesses.start("w1")
+    services.require_cosignatures(log=log, count=1)
+    honest = grow_and_sign(log, signer, 2)
+    witnesses.stop("w1")
+    unwitnessed = grow_and_sign(log, signer, 2)
+    stranger = CosignerKey.generate("stranger.witness.example")
+    body = body_of(unwitnessed.note)
+    Cosignature.objects.create(
+        checkpoint=unwitnessed,
+        witness=stranger.verifier.name,
+        key_id=f"{stranger.verifier.key_id:08x}",
+        line=stranger.cosign(body, timestamp=1),
+        timestamp=1,
+    )
+    assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == honest
+
+    trusted = parse_cosigner_vkey(witness.vkey)
+    replayed = honest.cosignatures.get()  # w1's real line, over the tree of size 2
+    Cosignature.objects.create(
+        checkpoint=unwitnessed,
+        witness=trusted.name,
+        key_id=f"{trusted.key_id:08x}",
+        line=replayed.line,
+        timestamp=replayed.timestamp,
+    )
+    assert selectors.cosignature_problems(log=log) == [
+        f"cosignature of checkpoint 4 by {trusted.name}: invalid cosignature by {trusted.name}"
+    ]
+    with pytest.raises(CommandError, match="cosignature of checkpoint 4 by w1"):
+        call_command("verify_ledger", log=log.origin, no_progress=True, stdout=io.StringIO())

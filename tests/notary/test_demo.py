@@ -41,6 +41,11 @@ def test_demo_walks_a_refund_through_the_notary_on_sqlite(tmp_path: Path) -> Non
     assert '"authorized_when_fired": true' in out
     assert "5 entries, each proved included in the signed tree of size 5" in out
     assert "re-derived from them: VERIFIED" in out
+    assert re.search(r"cosign each checkpoint .*only checkpoints all 2 cosigned\.", out)
+    assert "The tree is cosigned by 2 witnesses (w1.demo.interlock.example, w2.demo" in out
+    assert "witnesses: OK  cosigned by 2 of 2 trusted witnesses" in out
+    assert "answers 422: refused: split view: a checkpoint of size 10 with another root" in out
+    assert (tmp_path / "witnesses" / "w1.state.evidence.jsonl").exists()
     assert re.search(r"settles it: COMMITTED_ON_EVIDENCE, citing ledger entry \d+\.", out)
     assert "Emails sent: 1; the restarted agent had 0 effects left to recover." in out
     assert re.search(r"^OK \S+: 10 entries, \d+ Merkle nodes, 1 signed checkpoints", out, re.M)

@@ -1,10 +1,12 @@
 """`make demo`: one refund through a running notary, with a crash in the middle.
 
 The notary is served from this process (Django's threaded WSGI server on a free port, on the
-embedded SQLite database); the payment service is gate_client's reference service; the agent is
-a separate process, run twice: first it is SIGKILLed after the payment service refunded and
-before the outcome was recorded, then a fresh process recovers. Everything the agent knows
-comes over HTTP; everything printed at the end is checked with the log's public key alone."""
+embedded SQLite database); the payment service is the reference service of testkit; two
+witnesses (`python -m witness`, keys and state under var/witnesses/) cosign every checkpoint;
+the agent is a separate process, run twice: first it is SIGKILLed after the payment service
+refunded and before the outcome was recorded, then a fresh process recovers. Everything the
+agent knows comes over HTTP; everything printed at the end is checked with the log's public key
+and the witnesses' keys alone."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from django.core.servers.basehttp import (
     WSGIRequestHandler,
     get_internal_wsgi_application,
 )
+from django.test import override_settings
 from django.utils import timezone
 
 from gate_client.faults import CrashPoint
@@ -42,16 +45,20 @@ from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, derive_receipt
 from gate_client.targets import Tier
+from ledger import selectors
 from ledger import services as ledger_services
+from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier, parse_tlog_proof
+from ledger.core.cosignature import WitnessPolicy, parse_cosigner_skey
 from ledger.core.entries import entry_from_leaf, format_timestamp
-from ledger.core.note import parse_vkey
+from ledger.core.note import Signer, parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
 from ledger.selectors import log_verifiers
 from notary import services
 from notary.models import Tenant
 from testkit.peers.reference_service import read_acts, running_server
 from testkit.processes import armed_env
+from testkit.witness_process import RunningWitness, spawn_witness, witness_keygen
 from webhooks import services as webhook_services
 
 DEMO_DOMAIN = "demo.interlock.example"
@@ -62,6 +69,7 @@ EFFECTS: dict[str, tuple[str, Tier, timedelta | None, timedelta | None]] = {
     "email": ("email", Tier.NEITHER, None, timedelta(hours=24)),
 }
 MAX_INFLIGHT = timedelta(seconds=2)
+WITNESS_DIR = settings.VAR_DIR / "witnesses"
 
 
 class Command(BaseCommand):
@@ -93,15 +101,41 @@ class Command(BaseCommand):
             tempfile.TemporaryDirectory() as scratch,
             running_server(Path(scratch) / "refunds", dedupe=True, lookup=True) as payments,
             running_server(Path(scratch) / "emails", dedupe=False, lookup=False) as emails,
+            _witnesses(load_signing_key()) as witnesses,
+            override_settings(LEDGER_WITNESSES=[(w.url, w.vkey) for w in witnesses]),
             _serving_notary() as notary_url,
         ):
             tenant, tokens = self._walk_through(notary_url, payments.url, Path(payments.store))
             self._settle_by_webhook(notary_url, tenant, tokens, emails.url, Path(emails.store))
-        self._say("8. Full verification of the tenant's log (chain, tree, checkpoints):")
-        call_command("verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout)
-        self._audit(tenant)
+            self._say("8. Full verification of the tenant's log (chain, tree, checkpoints):")
+            call_command(
+                "verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout
+            )
+            self._audit(tenant, witnesses)
+            self._split_view(tenant, witnesses[0])
 
-    def _audit(self, tenant: Tenant) -> None:
+    def _split_view(self, tenant: Tenant, witness: RunningWitness) -> None:
+        """What a witness is for: the notary's own key signs another tree of the size the
+        witness cosigned last (a history rewritten by an insider who holds the key), and the
+        witness refuses to cosign it, keeping both checkpoints as evidence."""
+        signed = selectors.latest_checkpoint(log=tenant.log)
+        if signed is None:
+            raise CommandError("the tenant's log has no checkpoint to contradict")
+        forged = CheckpointText(tenant.log.origin, signed.size, secrets.token_bytes(32))
+        answer = witness.add_checkpoint(
+            old=signed.size, proof=[], note=forged.sign(load_signing_key())
+        )
+        if answer.status != 422:
+            raise CommandError(f"the witness did not refuse the forged tree: {answer.text}")
+        self._say(
+            f"10. A split view tried: the notary's own key signs another tree of size "
+            f"{signed.size}. Witness {witness.vkey.split('+')[0]} answers {answer.status}: "
+            f"{answer.text.splitlines()[0]}. Both checkpoints are kept as evidence in "
+            f"{WITNESS_DIR / 'w1.state.evidence.jsonl'}; an agent or auditor that requires "
+            "the witnesses' cosignatures never accepts the forged tree."
+        )
+
+    def _audit(self, tenant: Tenant, witnesses: list[RunningWitness]) -> None:
         """An auditor's export of every receipt, checked by the offline verifier with the
         notary's published key, in a process that has neither Django nor a network."""
         ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key())
@@ -113,15 +147,17 @@ class Command(BaseCommand):
             no_progress=True,
             stdout=io.StringIO(),
         )
-        # The log's keys, as GET /v1/logs/<origin>/vkey publishes them (named after its origin).
+        # The log's keys, as GET /v1/logs/<origin>/vkey publishes them (named after its origin),
+        # and the witnesses' own keys, whose cosignatures the checkpoint must carry.
         vkeys = [arg for key in log_verifiers(log=tenant.log) for arg in ("--vkey", key.vkey)]
+        vkeys += [arg for witness in witnesses for arg in ("--witness", witness.vkey)]
         verified = subprocess.run(
             [sys.executable, "-m", "gate_client.verify", str(export), *vkeys],
             capture_output=True,
             text=True,
             timeout=120,
         )
-        self._say(f"9. The auditor's export, {export.name}, checked offline with the key alone:")
+        self._say(f"9. The auditor's export, {export.name}, checked offline with the keys alone:")
         self.stdout.write(verified.stdout.rstrip())
         if verified.returncode != 0:
             raise CommandError(f"the export did not verify: {verified.stderr}")
@@ -132,6 +168,8 @@ class Command(BaseCommand):
         """The refund; returns the tenant, and its agent's and approver's tokens."""
         slug = f"shop-{secrets.token_hex(3)}"
         tenant = services.tenant_create(slug=slug, name="A shop")
+        witnesses = settings.LEDGER_WITNESSES
+        ledger_services.require_cosignatures(log=tenant.log, count=len(witnesses))
         services.target_register(
             tenant=tenant,
             name=TARGET,
@@ -146,6 +184,10 @@ class Command(BaseCommand):
         )
         self._say(
             f"1. The notary is serving {notary_url}; tenant {slug!r}, log {tenant.log.origin}"
+        )
+        self._say(
+            f"   Witnesses {', '.join(url for url, _ in witnesses)} cosign each checkpoint the "
+            f"notary signs; the tenant publishes only checkpoints all {len(witnesses)} cosigned."
         )
 
         approver = httpx.Client(
@@ -306,10 +348,13 @@ class Command(BaseCommand):
         derived = derive_receipt(entries, effect_id)
         if derived != Receipt.from_dict(proved["receipt"]):
             raise CommandError(f"the receipt does not follow from its entries: {derived}")
+        witnesses = WitnessPolicy.of(vkey for _, vkey in settings.LEDGER_WITNESSES)
+        cosigners = witnesses.check(proved["checkpoint"])
         self._say(
             f"6. Checked with the published key alone: {len(entries)} entries, each proved "
             f"included in the signed tree of size {checkpoint.size}, and the receipt "
-            "re-derived from them: VERIFIED"
+            f"re-derived from them: VERIFIED. The tree is cosigned by {len(cosigners)} "
+            f"witnesses ({', '.join(sorted(cosigners))}), each checked with its own key."
         )
 
     def _be_the_agent(self, options: dict[str, Any]) -> None:
@@ -374,6 +419,34 @@ def _run_agent(
         text=True,
         timeout=120,
     )
+
+
+@contextmanager
+def _witnesses(signer: Signer) -> Iterator[list[RunningWitness]]:
+    """Two witnesses for the notary's logs, each with its own key and state under
+    var/witnesses/ (made by the witness's keygen on the first run, kept after)."""
+    WITNESS_DIR.mkdir(parents=True, exist_ok=True)
+    family = f"{settings.NOTARY_ORIGIN}={signer.verifier.vkey}"
+    started: list[RunningWitness] = []
+    try:
+        for name in ("w1", "w2"):
+            key = WITNESS_DIR / f"{name}.key"
+            if key.exists():
+                vkey = parse_cosigner_skey(key.read_text()).verifier.vkey
+            else:
+                vkey = witness_keygen(key, f"{name}.{DEMO_DOMAIN}")
+            started.append(
+                spawn_witness(
+                    key=key,
+                    vkey=vkey,
+                    state=WITNESS_DIR / f"{name}.state",
+                    logs=["--log-family", family],
+                )
+            )
+        yield started
+    finally:
+        for witness in started:
+            witness.stop()
 
 
 class _QuietHandler(WSGIRequestHandler):
