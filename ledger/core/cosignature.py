@@ -12,7 +12,6 @@ gate's journal and the offline verifier share.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ledger.core.note import is_valid_key_name
+from ledger.core.note import NoteError, is_valid_key_name, parse_signature_line, split_key
 
 ALG_COSIGNATURE_V1 = 0x04
 HEADER = "cosignature/v1\n"
@@ -64,17 +63,18 @@ class CosignerVerifier:
     def timestamp_of(self, line: str, body: str) -> int | None:
         """The verified timestamp of a signature line by this key over `body`; None if the line
         is by another key; CosignatureError if it is by this key and does not verify."""
-        name, signature = _split_line(line)
-        if name != self.name or len(signature) < 4:
+        try:
+            name, key_hash, signature = parse_signature_line(line.removesuffix("\n"))
+        except NoteError as exc:
+            raise CosignatureError(str(exc)) from exc
+        if (name, key_hash) != (self.name, self.key_id):
             return None
-        if int.from_bytes(signature[:4], "big") != self.key_id:
-            return None
-        if len(signature) != 4 + 8 + 64:
+        if len(signature) != 8 + 64:
             raise CosignatureError(f"cosignature by {self.name} has the wrong length")
-        timestamp = int.from_bytes(signature[4:12], "big")
+        timestamp = int.from_bytes(signature[:8], "big")
         try:
             Ed25519PublicKey.from_public_bytes(self.public_key).verify(
-                signature[12:], signed_message(body, timestamp)
+                signature[8:], signed_message(body, timestamp)
             )
         except InvalidSignature as exc:
             raise CosignatureError(f"invalid cosignature by {self.name}") from exc
@@ -199,36 +199,16 @@ def parse_cosigner_skey(text: str) -> CosignerKey:
 
 
 def _split_key(text: str, what: str) -> tuple[str, int, bytes]:
-    fields = text.split("+", 2)
-    if len(fields) != 3:
-        raise CosignatureError(f"malformed {what}")
-    name, hash_hex, encoded = fields
-    _require_name(name)
-    if len(hash_hex) != 8 or any(c not in "0123456789abcdef" for c in hash_hex.lower()):
-        raise CosignatureError(f"malformed {what}: key id must be 8 hex digits")
-    key = _b64decode(encoded, what)
+    """A signed-note key (ledger.core.note.split_key) whose material is a cosignature/v1 key."""
+    try:
+        name, key_hash, key = split_key(text, what=what)
+    except NoteError as exc:
+        raise CosignatureError(str(exc)) from exc
     if len(key) != 33 or key[0] != ALG_COSIGNATURE_V1:
         raise CosignatureError(f"{what} is not a cosignature/v1 (0x04) Ed25519 key")
-    return name, int(hash_hex, 16), key[1:]
-
-
-def _split_line(line: str) -> tuple[str, bytes]:
-    line = line.removesuffix("\n")
-    if not line.startswith(_SIG_PREFIX):
-        raise CosignatureError("malformed signature line")
-    name, sep, encoded = line[len(_SIG_PREFIX) :].partition(" ")
-    if not sep or not is_valid_key_name(name):
-        raise CosignatureError("malformed signature line")
-    return name, _b64decode(encoded, "signature")
+    return name, key_hash, key[1:]
 
 
 def _require_name(name: str) -> None:
     if not is_valid_key_name(name):
         raise CosignatureError(f"invalid key name {name!r}: must be non-empty, no spaces, no '+'")
-
-
-def _b64decode(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as exc:
-        raise CosignatureError(f"malformed {what}: bad base64") from exc

@@ -107,7 +107,7 @@ class Signer:
 
 
 def parse_vkey(text: str) -> Verifier:
-    name, key_hash, key = _split_key(text.strip(), parts=3, what="verifier key")
+    name, key_hash, key = split_key(text.strip(), what="verifier key")
     if len(key) != 33 or key[0] != ALG_ED25519:
         raise NoteError("verifier key is not an Ed25519 key")
     if key_id(name, key[1:]) != key_hash:
@@ -119,7 +119,7 @@ def parse_skey(text: str) -> Signer:
     text = text.strip()
     if not text.startswith("PRIVATE+KEY+"):
         raise NoteError("signer key must start with PRIVATE+KEY+")
-    name, key_hash, key = _split_key(text[len("PRIVATE+KEY+") :], parts=3, what="signer key")
+    name, key_hash, key = split_key(text[len("PRIVATE+KEY+") :], what="signer key")
     if len(key) != 33 or key[0] != ALG_ED25519:
         raise NoteError("signer key is not an Ed25519 key")
     signer = Signer(name, key[1:])
@@ -128,9 +128,11 @@ def parse_skey(text: str) -> Signer:
     return signer
 
 
-def _split_key(text: str, *, parts: int, what: str) -> tuple[str, int, bytes]:
-    fields = text.split("+", parts - 1)
-    if len(fields) != parts:
+def split_key(text: str, *, what: str) -> tuple[str, int, bytes]:
+    """`<name>+<hex key id>+<base64 key material>` (a vkey, or a key file after PRIVATE+KEY+)
+    as (name, key id, key material): the form every signed-note key takes, cosigners' too."""
+    fields = text.split("+", 2)
+    if len(fields) != 3:
         raise NoteError(f"malformed {what}")
     name, hash_hex, key_b64 = fields
     _require_name(name)
@@ -192,7 +194,7 @@ def open_note(note: bytes | str, known: Iterable[Verifier]) -> OpenedNote:
     verified: list[Verifier] = []
     unknown = 0
     for line in lines:
-        name, key_hash, signature = _signature_line(line)
+        name, key_hash, signature = parse_signature_line(line)
         verifier = keys.get((name, key_hash))
         if verifier is None:
             unknown += 1
@@ -224,7 +226,7 @@ def _split_note(note: bytes | str) -> tuple[str, str]:
     return text, signature_block
 
 
-def _signature_line(line: str) -> tuple[str, int, bytes]:
+def parse_signature_line(line: str) -> tuple[str, int, bytes]:
     """`— <name> <base64(key id || signature)>` as (name, key id, signature)."""
     if not line.startswith(_SIG_PREFIX):
         raise NoteError("malformed signature line")
