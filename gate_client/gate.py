@@ -35,6 +35,7 @@ from gate_client.protocol import (
     Wait,
     decide,
     last_attempt,
+    late_request,
     refusal,
     sent_body,
     standing,
@@ -116,7 +117,8 @@ class Gate:
             if started is not None:
                 history, dispatched = started
                 if dispatched is not None:
-                    return self._send(effect_id, body, target, Dispatch(1, premises), False)
+                    step = Dispatch(1, premises)
+                    return self._send(effect_id, body, target, step, dispatched, False)
         if history is None:
             history = self.journal.history(effect_id)
             if _proposed_entry(history) is None:
@@ -200,7 +202,7 @@ class Gate:
                     effect_id, proposed, step.attempt, step.premises, recovering
                 )
                 try:
-                    self.journal.dispatch(dispatch)
+                    dispatched = self.journal.dispatch(dispatch)
                 except LeaseRefused as refused:
                     # Refused between the re-check and the dispatch: decide on that.
                     recheck = Recheck({"reason": refused.reason, "detail": refused.detail})
@@ -211,7 +213,7 @@ class Gate:
                     answer, recheck, dispatched_here = None, None, False
                     history = self.journal.history(effect_id)
                     continue
-                return self._send(effect_id, proposed, target, step, recovering)
+                return self._send(effect_id, proposed, target, step, dispatched, recovering)
 
     def _ask(
         self, effect_id: str, proposed: Mapping[str, Any], target: Target, step: Ask
@@ -249,10 +251,15 @@ class Gate:
         proposed: Mapping[str, Any],
         target: Target,
         step: Dispatch,
+        dispatched: Entry,
         recovering: bool,
     ) -> Receipt:
-        """Call the target for the attempt just recorded."""
+        """Call the target for the attempt just recorded, unless its acknowledgement came too
+        late to start the request (protocol.late_request): then recovery decides, here once
+        for a first dispatch, else at the next recover()."""
         crash_point(CrashPoint.AFTER_DISPATCHED)
+        if late_request(self.declared(proposed["target"]), dispatched, self.clock()) is not None:
+            return self._receipt(effect_id) if recovering else self._settle(effect_id)
         try:
             outcome = target.send(effect_id, proposed["payload"])
         except InDoubt:

@@ -738,6 +738,26 @@ def asking_mode(declared: TargetDeclaration) -> Mode:
     return Mode.NOTHING_TO_ASK
 
 
+def late_request(declared: TargetDeclaration, dispatched: Entry, now: datetime) -> str | None:
+    """Why the gate must not start the request of attempt `dispatched` now (None: it may).
+
+    Recovery counts a lookup's "not found" as "never sent" from the dispatch's max in-flight
+    time on (_not_found). A request started after that, its DISPATCHED acknowledged late (a
+    notary slow to answer, an agent stalled between the answer and the send), could act after
+    another process concluded it never would, and against the verdict that process recorded.
+    So it is not started: recovery finds it not found and decides. A target recovery does not
+    look up is not affected: silence proves nothing there, and a service that attests first is
+    refused a late attestation by the notary (intent_refusal)."""
+    if asking_mode(declared) is not Mode.LOOKUP:
+        return None
+    if now < dispatched.created_at + declared.max_inflight:
+        return None
+    return (
+        f"attempt {dispatched.body_value()['attempt']} was acknowledged after its max in-flight "
+        "time: recovery may already count it as never sent"
+    )
+
+
 def _reason(answer: Intent | Unknown) -> str:
     return answer.reason if isinstance(answer, Unknown) else _INTENT_ONLY
 

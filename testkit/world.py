@@ -24,13 +24,15 @@ from gate_client.targets import (
 
 
 class NoOpTarget:
-    """A tier-1 target that acts every time it is asked and remembers what it sent."""
+    """A tier-1 target that acts every time it is asked, remembers what it sent, and finds
+    what it sent. Its max in-flight time is long enough that a busy machine's slow answer is
+    not a late one (protocol.late_request)."""
 
     name = "noop"
     tier = Tier.DEDUPES
     queryable = True
     key_window: timedelta | None = timedelta(hours=24)
-    max_inflight = timedelta(seconds=1)
+    max_inflight = timedelta(seconds=30)
     evidence_window: timedelta | None = None
     attests_before_acting = False
     lookup_needs_key = False
@@ -43,7 +45,7 @@ class NoOpTarget:
         return Sent(f"ref_{len(self.sent)}")
 
     def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
-        return Found(f"ref_{effect_id}")
+        return Found(f"ref_{effect_id}") if effect_id in self.sent else NotFound()
 
 
 class SimulatedCrash(BaseException):

@@ -73,7 +73,7 @@ def main() -> None:
         target="payments.refund",
         lookup=find if args.lookup else None,
         tier=Tier.LOOKUP if args.lookup else Tier.NEITHER,
-        max_inflight=timedelta(seconds=0),
+        max_inflight=timedelta(seconds=1),
     )
     def refund(order: str, amount_cents: int, effect_id: str) -> dict[str, Any]:
         return payments.refund(order, amount_cents, key=effect_id)

@@ -132,7 +132,7 @@ def submitted(journal: NotaryJournal, tenant: Tenant) -> str:
         name="noop",
         tier=1,
         queryable=True,
-        max_inflight=timedelta(seconds=1),
+        max_inflight=NoOpTarget.max_inflight,
         key_window=timedelta(hours=24),
     )
     lease = leased(tenant, "case_1", "refund")

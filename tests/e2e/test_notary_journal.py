@@ -55,7 +55,7 @@ def setup_tenant() -> tuple[Tenant, str, Lease]:
         name="noop",
         tier=1,
         queryable=True,
-        max_inflight=timedelta(seconds=1),
+        max_inflight=NoOpTarget.max_inflight,
         key_window=timedelta(hours=24),
     )
     _, token = services.api_key_issue(tenant=tenant, role="agent", holder="bot")
@@ -118,7 +118,7 @@ def test_a_gate_whose_adapter_declares_otherwise_refuses_to_start(notary_url: st
             Gate(journal, {"noop": target}).submit(proposal(tenant, lease))
         with pytest.raises(JournalError, match="not registered"):
             Gate(journal, {"elsewhere": NoOpTarget()}).declared("elsewhere")
-    assert "max_inflight: datetime.timedelta(seconds=5) != datetime.timedelta(seconds=1)" in str(
+    assert "max_inflight: datetime.timedelta(seconds=5) != datetime.timedelta(seconds=30)" in str(
         refused.value
     )
     assert not any(e.effect_id for e in iter_entries(log=tenant.log))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gate_client.gate import Gate
-from gate_client.journal import LocalJournal
+from gate_client.journal import DispatchRequest, LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt
@@ -341,6 +341,61 @@ def test_a_live_attempt_is_waited_for_and_its_answer_stands(
     receipt = gate.submit(world.proposal())
     assert receipt.final_state == "COMMITTED"
     assert world.target.times_acted(effect_id) == 1
+
+
+@pytest.mark.parametrize("tier", [Tier.DEDUPES, Tier.LOOKUP])
+def test_a_dispatch_acknowledged_after_its_in_flight_time_is_never_sent(
+    make_world: Callable[..., World], tier: Tier
+) -> None:
+    """Rule c's other side: a live attempt is not a crashed one, so a crashed-looking one must
+    not come alive. The DISPATCHED of attempt 1 is acknowledged 6 s late (max in-flight 5 s);
+    meanwhile another process recovers the effect: not found at the target, the premise now
+    false, REFUSED at recovery. The slow process must not send then: a request started after
+    that verdict would act against it (the service refunds what the receipt says it did not)."""
+    key_window = timedelta(hours=24) if tier is Tier.DEDUPES else None
+    world = make_world(tier=tier, key_window=key_window, dedupes=tier is Tier.DEDUPES)
+    slow = world.gate()
+    acknowledge = slow.journal.dispatch
+    verdicts: list[Receipt] = []
+
+    def acknowledged_late(request: DispatchRequest) -> Entry:
+        recorded = acknowledge(request)
+        world.now += timedelta(seconds=6)  # the answer takes 6 s to come back
+        world.refund_status = "failed"
+        if not verdicts:
+            verdicts.extend(world.gate().recover())  # another process, meanwhile
+        return recorded
+
+    slow.journal.dispatch = acknowledged_late  # type: ignore[method-assign]
+    receipt = slow.submit(world.proposal())
+    assert [v.final_state for v in verdicts] == ["REFUSED:stale_premise_at_recovery"]
+    assert receipt.final_state == "REFUSED:stale_premise_at_recovery"
+    assert receipt.happened is False and not receipt.contradicted
+    assert world.target.times_acted(receipt.effect_id) == 0
+    world.verify(receipt)
+
+
+def test_a_late_acknowledgement_alone_resends_as_a_new_attempt(
+    make_world: Callable[..., World],
+) -> None:
+    """The same late answer with nobody else recovering: the request that was not started is
+    not found, so the gate re-checks and dispatches attempt 2, which it sends at once."""
+    world = make_world(tier=Tier.LOOKUP, key_window=None, dedupes=False)
+    slow = world.gate()
+    acknowledge = slow.journal.dispatch
+    late = [True]
+
+    def acknowledged_late(request: DispatchRequest) -> Entry:
+        recorded = acknowledge(request)
+        if late.pop() if late else False:
+            world.now += timedelta(seconds=6)
+        return recorded
+
+    slow.journal.dispatch = acknowledged_late  # type: ignore[method-assign]
+    receipt = slow.submit(world.proposal())
+    assert receipt.final_state == "COMMITTED_BY_RETRY"
+    assert world.target.acted == [(receipt.effect_id, dict(world.proposal().payload))]
+    world.verify(receipt)
 
 
 def test_a_decision_durable_before_the_crash_is_dispatched_at_recovery(

@@ -167,7 +167,7 @@ def test_a_lookup_settles_without_resending(functions: GatedFunctions, payments:
         lease_id=lease,
         lookup=find,
         tier=Tier.LOOKUP,
-        max_inflight=timedelta(seconds=0),
+        max_inflight=timedelta(seconds=1),
     )
     def refund(order: str, amount_cents: int, effect_id: str) -> dict[str, Any]:
         return payments.refund(order, amount_cents, key=effect_id)
