@@ -34,8 +34,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def notary_url(transactional_db: None, tmp_path: Path) -> Iterator[str]:
-    with running_notary(child_database_url(), tmp_path) as url:
+def notary_url(transactional_db: None, tmp_path: Path, witnesses: WitnessSet) -> Iterator[str]:
+    """The live notary, configured with the witnesses (only theirs count toward a quorum)."""
+    listed = ", ".join(f"{url} {vkey}" for url, vkey in witnesses.settings.LEDGER_WITNESSES)
+    with running_notary(
+        child_database_url(), tmp_path, settings={"LEDGER_WITNESSES": listed}
+    ) as url:
         yield url
 
 
