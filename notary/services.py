@@ -11,6 +11,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -52,6 +55,7 @@ from ledger.selectors import (
 )
 from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
 from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.groups import AUDITORS, FINANCE_REVIEWERS, ensure_review_groups
 from notary.identities import canonical_holder, same_holder
 from notary.models import (
     DEFAULT_MAX_LEASE_AMOUNT_CENTS,
@@ -183,6 +187,57 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     api_key.refresh_from_db()
     return api_key
+
+
+# --- people in the admin ----------------------------------------------------------------------
+
+# Every staff user sees every tenant's records in the admin: there is no per-tenant scope.
+
+
+@transaction.atomic(durable=True)
+def reviewer_create(*, username: str, email: str, password: str | None) -> User:
+    """A finance reviewer: a staff user who may decide AMBIGUOUS effects and revoke leases."""
+    return _staff_create(group=FINANCE_REVIEWERS, username=username, email=email, password=password)
+
+
+@transaction.atomic(durable=True)
+def auditor_create(*, username: str, email: str, password: str | None) -> User:
+    """An auditor: a staff user who reads everything in the admin and decides nothing."""
+    return _staff_create(group=AUDITORS, username=username, email=email, password=password)
+
+
+def _staff_create(*, group: str, username: str, email: str, password: str | None) -> User:
+    """A staff user (never a superuser: the group is all they may do) in `group`. No password
+    gives an unusable one, for its holder to set with `changepassword`. Every check runs before
+    the first write."""
+    if password == "":
+        raise NotaryInputError("an empty password: give none for an unusable one")
+    user = User(username=username, email=email, is_staff=True)
+    try:
+        user.full_clean(exclude=["password"])
+    except ValidationError as refused:
+        raise NotaryInputError(
+            "; ".join(f"{field}: {' '.join(why)}" for field, why in refused.message_dict.items())
+        ) from refused
+    if not user.email:
+        raise NotaryInputError("email: an email address is required")
+    # The username is who a decision is recorded as `by` in the ledger: one that reads as
+    # another's (case, look-alike letters) would make the record ambiguous.
+    for other in User.objects.values_list("username", flat=True):
+        if same_holder(other, user.username):
+            raise NotaryInputError(f"username {username!r} reads as {other!r}, who exists already")
+    if password is None:
+        user.set_unusable_password()
+    else:
+        try:
+            validate_password(password, user)
+        except ValidationError as refused:
+            raise NotaryInputError(f"password: {' '.join(refused.messages)}") from refused
+        user.set_password(password)
+    user.save()
+    ensure_review_groups()  # the group as notary.groups defines it now, not as at the last migrate
+    user.groups.add(Group.objects.get(name=group))
+    return user
 
 
 @transaction.atomic(durable=True)
