@@ -19,6 +19,27 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+def env_secret(name: str, default: str) -> str:
+    """NAME, or the contents of the file NAME_FILE names (a Docker or Kubernetes secret), never
+    both: a secret need not sit in the process environment."""
+    path = os.environ.get(f"{name}_FILE")
+    if path is None:
+        return env_str(name, default)
+    if name in os.environ:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    try:
+        value = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"{name}_FILE: cannot read {path}: {exc}") from exc
+    if not value:
+        raise ImproperlyConfigured(f"{name}_FILE: {path} is empty")
+    return value
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
 def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None:
@@ -71,10 +92,24 @@ VAR_DIR = Path(env_str("NOTARY_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", True)
 _DEV_SECRET_KEY = "dev-only-insecure-secret-key-never-use-in-production"
-SECRET_KEY = env_str("SECRET_KEY", _DEV_SECRET_KEY)
+SECRET_KEY = env_secret("SECRET_KEY", _DEV_SECRET_KEY)
 if not DEBUG and SECRET_KEY == _DEV_SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+# The admin's login form behind a TLS proxy: the origins it is reached at, e.g.
+# https://notary.example.com (Django checks a form's Origin against them).
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+if env_bool("NOTARY_BEHIND_TLS_PROXY", False):
+    # The proxy terminates TLS and says so in X-Forwarded-Proto (it must strip the client's).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if env_bool("NOTARY_HTTPS", False):
+    # Served over HTTPS only: cookies never go in clear, plain HTTP is redirected (but for the
+    # health check, which a load balancer asks over HTTP), and browsers are told to remember.
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -93,6 +128,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The admin's and Swagger UI's static files, from STATIC_ROOT (collectstatic) in production.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -120,13 +157,16 @@ TEMPLATES = [
 ]
 
 _EMBEDDED_DATABASE_URL = f"sqlite:///{VAR_DIR / 'notary.sqlite3'}"
-DATABASE_URL = env_str("DATABASE_URL", _EMBEDDED_DATABASE_URL)
+DATABASE_URL = env_secret("DATABASE_URL", _EMBEDDED_DATABASE_URL)
 if DATABASE_URL == _EMBEDDED_DATABASE_URL:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
 # Health checks: a connection PostgreSQL dropped (a restart) is replaced, not a 500.
 DATABASES = {
     "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
 }
+if "DATABASE_PASSWORD" in os.environ or "DATABASE_PASSWORD_FILE" in os.environ:
+    # The password apart from the URL, e.g. from the secret file PostgreSQL's image reads too.
+    DATABASES["default"]["PASSWORD"] = env_secret("DATABASE_PASSWORD", "")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE takes SQLite's write lock at BEGIN, so two appenders queue instead of failing
     # to upgrade a read lock; WAL lets readers run beside the one writer.
@@ -148,7 +188,20 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(env_str("NOTARY_STATIC_ROOT", str(VAR_DIR / "static")))
+# With DEBUG off the files are served compressed under content-hashed names from STATIC_ROOT,
+# which `manage.py collectstatic` fills (the image does it when it is built).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+# In development WhiteNoise finds the files in the apps, as runserver does (fixed here, as
+# settings are read, so a test runner that turns DEBUG off later changes nothing).
+WHITENOISE_AUTOREFRESH = WHITENOISE_USE_FINDERS = DEBUG
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["notary.authentication.BearerApiKeyAuthentication"],
@@ -197,7 +250,7 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: with no REDIS_URL the embedded mode runs every task inline.
-REDIS_URL = env_str("REDIS_URL", "")
+REDIS_URL = env_secret("REDIS_URL", "")
 
 # The cache holds the throttles' counters (notary.counters): in Redis, shared by every web
 # process, when there is one; per process in the embedded mode. While Redis is unreachable each

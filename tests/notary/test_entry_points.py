@@ -64,9 +64,31 @@ def test_compose_celery_commands_name_the_project_app() -> None:
 
 
 def test_compose_environment_names_settings_the_notary_reads() -> None:
+    """Each variable is one the settings read: by name, or NAME_FILE for a secret read with
+    env_secret("NAME", ...); the secrets are files, never variables of the notary."""
     settings_source = (REPO_ROOT / "notary" / "settings.py").read_text()
-    for name in COMPOSE["x-notary"]["environment"]:
-        assert f'"{name}"' in settings_source, f"{name} is not read by notary/settings.py"
+    environment = COMPOSE["x-notary"]["environment"]
+    for name in environment:
+        secret = name.removesuffix("_FILE")
+        read = f'"{name}"' in settings_source or f'env_secret("{secret}"' in settings_source
+        assert read, f"{name} is not read by notary/settings.py"
+    assert {"SECRET_KEY", "DATABASE_PASSWORD"}.isdisjoint(environment)
+    assert environment["SECRET_KEY_FILE"] == "/run/secrets/secret_key"
+    assert "notary:" not in environment["DATABASE_URL"]  # no password in the URL
+    assert COMPOSE["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"]
+
+
+def test_compose_restarts_and_health_checks_its_services_and_keeps_the_key_from_the_web() -> None:
+    services = COMPOSE["services"]
+    for name in ("postgres", "redis", "web", "worker", "beat", "witness1", "witness2"):
+        restart = services[name].get("restart", COMPOSE["x-notary"]["restart"])
+        assert restart == "unless-stopped", name
+    for name in ("postgres", "redis", "web", "witness1", "witness2"):
+        assert "healthcheck" in services[name], name
+    assert not any(volume.startswith("keys:") for volume in services["web"]["volumes"])
+    for name in ("worker", "beat"):  # they sign checkpoints
+        assert "keys:/keys" in services[name].get("volumes", COMPOSE["x-notary"]["volumes"])
+    assert "redis-data:/data" in services["redis"]["volumes"]
 
 
 def _production_env(tmp_path: Path) -> dict[str, str]:
@@ -184,3 +206,35 @@ def test_the_compose_witnesses_start_and_cosign_the_notarys_checkpoints(tmp_path
         assert log_verifier(origin, signer).name == origin
     finally:
         witness.stop()
+
+
+def _settings_value(env: dict[str, str], expression: str) -> subprocess.CompletedProcess[str]:
+    code = f"import django; django.setup(); from django.conf import settings; print({expression})"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_secrets_are_read_from_files_and_a_secret_given_twice_is_refused(tmp_path: Path) -> None:
+    env = _production_env(tmp_path)
+    key = env.pop("SECRET_KEY")
+    (tmp_path / "secret_key").write_text(key + "\n")
+    (tmp_path / "db_password").write_text("s3cret pass\n")
+    env.update(
+        SECRET_KEY_FILE=str(tmp_path / "secret_key"),
+        DATABASE_PASSWORD_FILE=str(tmp_path / "db_password"),
+    )
+    read = _settings_value(env, "settings.SECRET_KEY, settings.DATABASES['default']['PASSWORD']")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == f"{key} s3cret pass"
+    twice = _settings_value({**env, "SECRET_KEY": key}, "settings.SECRET_KEY")
+    assert twice.returncode != 0
+    assert "set SECRET_KEY or SECRET_KEY_FILE, not both" in twice.stderr
+    (tmp_path / "secret_key").write_text("\n")
+    empty = _settings_value(env, "settings.SECRET_KEY")
+    assert empty.returncode != 0 and "is empty" in empty.stderr
