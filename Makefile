@@ -7,9 +7,10 @@ BIN := $(VENV)/bin
 .PHONY: demo test lint typecheck pytest bench experiments clean
 
 $(BIN)/.installed: pyproject.toml
+	@echo "Creating $(VENV) and installing the project with its dev extras (a minute or two, once)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
 	touch $@
 
 demo: $(BIN)/.installed

@@ -197,6 +197,7 @@ class LocalJournal:
         self._offset = 0
         self._thread_lock = threading.Lock()
         created = not self.path.exists()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         if created:
             # The new file's directory entry must be durable too.

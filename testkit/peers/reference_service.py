@@ -268,12 +268,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class LocalHTTPServer(ThreadingHTTPServer):
-    """A peer for crash tests, on 127.0.0.1 and a free port."""
+    """A peer for crash tests, on 127.0.0.1 and a free port (or the one given)."""
 
     request_queue_size = 64  # a whole matrix connects at once; the default 5 drops SYNs
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client SIGKILLed mid-response is the point of the exercise, not an error."""
@@ -282,8 +282,8 @@ class LocalHTTPServer(ThreadingHTTPServer):
 
 
 class TargetHTTPServer(LocalHTTPServer):
-    def __init__(self, service: Service) -> None:
-        super().__init__(Handler)
+    def __init__(self, service: Service, port: int = 0) -> None:
+        super().__init__(Handler, port)
         self.service = service
 
 
@@ -356,12 +356,13 @@ def main() -> None:
         "--attest", metavar="NOTARY_URL", help="attest each request to this notary before acting"
     )
     parser.add_argument("--attest-token", metavar="TOKEN", help="the notary service key")
+    parser.add_argument("--port", type=int, default=0, help="default: a free one, printed")
     args = parser.parse_args()
     if (args.attest is None) != (args.attest_token is None):
         parser.error("--attest and --attest-token go together")
     attestor = Attestor(args.attest, args.attest_token) if args.attest else None
     service = Service(args.store, dedupe=args.dedupe, lookup=args.lookup, attestor=attestor)
-    server = TargetHTTPServer(service)
+    server = TargetHTTPServer(service, args.port)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 

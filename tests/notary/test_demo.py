@@ -46,6 +46,9 @@ def test_demo_walks_a_refund_through_the_notary_on_sqlite(tmp_path: Path) -> Non
     assert "witnesses: OK  cosigned by 2 of 2 trusted witnesses" in out
     assert "answers 422: refused: split view: a checkpoint of size 10 with another root" in out
     assert (tmp_path / "witnesses" / "w1.state.evidence.jsonl").exists()
+    login = re.search(r"/admin/ as demo-reviewer / (\S+) \(a finance reviewer, created now\)", out)
+    assert login, out[-2000:]
+    assert "- The export again, offline: .venv/bin/python -m gate_client.verify " in out
     assert re.search(r"settles it: COMMITTED_ON_EVIDENCE, citing ledger entry \d+\.", out)
     assert "Emails sent: 1; the restarted agent had 0 effects left to recover." in out
     assert re.search(r"^OK \S+: 10 entries, \d+ Merkle nodes, 1 signed checkpoints", out, re.M)

@@ -15,6 +15,7 @@ import base64
 import io
 import json
 import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,7 @@ from ledger.core.note import Signer, parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
 from ledger.selectors import log_verifiers
 from notary import services
+from notary.errors import NotaryInputError
 from notary.models import Tenant
 from testkit.peers.reference_service import read_acts, running_server
 from testkit.processes import armed_env
@@ -70,6 +72,7 @@ EFFECTS: dict[str, tuple[str, Tier, timedelta | None, timedelta | None]] = {
 }
 MAX_INFLIGHT = timedelta(seconds=2)
 WITNESS_DIR = settings.VAR_DIR / "witnesses"
+DEMO_REVIEWER, DEMO_EMAIL = "demo-reviewer", "reviewer@shop.example"
 
 
 class Command(BaseCommand):
@@ -111,8 +114,30 @@ class Command(BaseCommand):
             call_command(
                 "verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout
             )
-            self._audit(tenant, witnesses)
+            verify = self._audit(tenant, witnesses)
             self._split_view(tenant, witnesses[0])
+        self._next_steps(verify)
+
+    def _next_steps(self, verify: list[str]) -> None:
+        """Where to look next: the admin with a reviewer's login, the export, the API."""
+        password = secrets.token_urlsafe(12)
+        try:
+            services.reviewer_create(username=DEMO_REVIEWER, email=DEMO_EMAIL, password=password)
+            login = f"{DEMO_REVIEWER} / {password} (a finance reviewer, created now)"
+        except NotaryInputError:
+            login = f"{DEMO_REVIEWER} (created by an earlier run; `manage.py changepassword`)"
+        command = shlex.join([".venv/bin/python", *map(_from_base_dir, verify[1:])])
+        self._say("What next:")
+        self.stdout.write(
+            "- The admin: `.venv/bin/python manage.py runserver`, then "
+            f"http://127.0.0.1:8000/admin/ as {login}: the effects, their ledger entries and "
+            "the review queue.\n"
+            f"- The export again, offline: {command}\n"
+            "- The API: http://127.0.0.1:8000/v1/docs/ (Swagger UI), with a key from "
+            "`manage.py issue_api_key --tenant SLUG --role agent --holder NAME`.\n"
+            '- README.md: "The gate in an agent", "Witnesses", "Finance review and auditor '
+            'exports".'
+        )
 
     def _split_view(self, tenant: Tenant, witness: RunningWitness) -> None:
         """What a witness is for: the notary's own key signs another tree of the size the
@@ -135,7 +160,7 @@ class Command(BaseCommand):
             "the witnesses' cosignatures never accepts the forged tree."
         )
 
-    def _audit(self, tenant: Tenant, witnesses: list[RunningWitness]) -> None:
+    def _audit(self, tenant: Tenant, witnesses: list[RunningWitness]) -> list[str]:
         """An auditor's export of every receipt, checked by the offline verifier with the
         notary's published key, in a process that has neither Django nor a network."""
         ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key())
@@ -151,16 +176,13 @@ class Command(BaseCommand):
         # and the witnesses' own keys, whose cosignatures the checkpoint must carry.
         vkeys = [arg for key in log_verifiers(log=tenant.log) for arg in ("--vkey", key.vkey)]
         vkeys += [arg for witness in witnesses for arg in ("--witness", witness.vkey)]
-        verified = subprocess.run(
-            [sys.executable, "-m", "gate_client.verify", str(export), *vkeys],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [sys.executable, "-m", "gate_client.verify", str(export), *vkeys]
+        verified = subprocess.run(command, capture_output=True, text=True, timeout=120)
         self._say(f"9. The auditor's export, {export.name}, checked offline with the keys alone:")
         self.stdout.write(verified.stdout.rstrip())
         if verified.returncode != 0:
             raise CommandError(f"the export did not verify: {verified.stderr}")
+        return command
 
     def _walk_through(
         self, notary_url: str, service_url: str, store: Path
@@ -381,6 +403,14 @@ class Command(BaseCommand):
 
     def _say(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
+
+
+def _from_base_dir(arg: str) -> str:
+    """A path under the project's folder as the README's commands write it, relative."""
+    path = Path(arg)
+    return (
+        str(path.relative_to(settings.BASE_DIR)) if path.is_relative_to(settings.BASE_DIR) else arg
+    )
 
 
 def _proposal(kind: str, tenant: str, lease_id: str) -> Proposal:

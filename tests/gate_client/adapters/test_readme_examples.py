@@ -5,21 +5,28 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from testkit.notary_server import free_port
 from testkit.paths import REPO_ROOT
 from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
 from testkit.peers.resend_server import running_resend
 
 EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
+SHELL = re.compile(r"<!-- example-shell: (\w+) -->\n```sh\n(.*?)```", re.DOTALL)
 
 
 def examples() -> dict[str, str]:
     return dict(EXAMPLE.findall((REPO_ROOT / "README.md").read_text()))
+
+
+def shell_examples() -> dict[str, str]:
+    return dict(SHELL.findall((REPO_ROOT / "README.md").read_text()))
 
 
 def run(code: str, work_dir: Path, env: dict[str, str]) -> list[str]:
@@ -38,7 +45,41 @@ def run(code: str, work_dir: Path, env: dict[str, str]) -> list[str]:
 
 
 def test_every_adapter_has_an_example() -> None:
-    assert set(examples()) == {"stripe", "resend", "gated", "mcp", "temporal"}
+    assert set(examples()) == {"agent", "stripe", "resend", "gated", "mcp", "temporal"}
+
+
+@pytest.mark.slow
+def test_the_agent_example_runs_twice_against_the_service_started_as_documented(
+    tmp_path: Path,
+) -> None:
+    """In a fresh folder with a `.venv` of this interpreter: the README's shell line starts the
+    reference service (on a free port instead of 8100, which another run may hold), the example
+    refunds once, and a second run finds the receipt and refunds nothing more."""
+    port = str(free_port())
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    command = shell_examples()["agent"].strip().replace("8100", port)
+    assert command.endswith("&")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    started = subprocess.Popen(
+        ["sh", "-c", command.removesuffix("&").strip()],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the shell and the service it starts, stopped together
+    )
+    try:
+        assert started.stdout is not None
+        assert started.stdout.readline().decode().strip() == port  # listening
+        code = examples()["agent"].replace("8100", port)
+        assert run(code, tmp_path, {}) == ["COMMITTED True True"]
+        assert run(code, tmp_path, {}) == ["COMMITTED True True"]
+        acts = (tmp_path / "var" / "payments.jsonl").read_text().splitlines()
+        assert len(acts) == 1, acts
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        started.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -69,9 +110,10 @@ def test_the_resend_example_emails_once(tmp_path: Path) -> None:
         assert email["subject"] == "Your refund is on the way"
 
 
-def test_the_gated_example(tmp_path: Path) -> None:
-    (tmp_path / "var").mkdir()
-    assert run(examples()["gated"], tmp_path, {}) == ["True closed", "REFUSED:payload_changed"]
+def test_the_gated_example_runs_twice_in_a_fresh_folder(tmp_path: Path) -> None:
+    expected = ["True closed", "REFUSED:payload_changed"]
+    assert run(examples()["gated"], tmp_path, {}) == expected  # no var/ yet: the journal makes it
+    assert run(examples()["gated"], tmp_path, {}) == expected
 
 
 @pytest.mark.slow
