@@ -11,7 +11,6 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import models
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -113,8 +112,7 @@ class AmbiguousEffectAdmin(EffectAdmin):
     list_filter = ["target", "tenant", AgeFilter]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queue = models.Q(state="AMBIGUOUS") | models.Q(contradicted=True)
-        return super().get_queryset(request).filter(queue)
+        return selectors.review_queue(super().get_queryset(request))
 
 
 @admin.register(Lease)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Q, QuerySet
+
 from gate_client.protocol import Intent, Negative, evidence_answer
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.targets import Found
@@ -119,6 +121,17 @@ def effect_receipt(*, tenant: Tenant, effect_id: str, payload_hash: str | None) 
         checkpoint=checkpoint.published_note if checkpoint is not None else None,
         proofs=proofs,
     )
+
+
+def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:
+    """The effects (of `effects`, else all) waiting for a person: AMBIGUOUS, or whose evidence
+    contradicts the verdict. The admin's review queue and its counts are this."""
+    chosen = effects if effects is not None else Effect.objects.all()
+    return chosen.filter(Q(state="AMBIGUOUS") | Q(contradicted=True))
+
+
+def review_queue_size(*, tenant: Tenant) -> int:
+    return review_queue().filter(tenant=tenant).count()
 
 
 def unsettled_effects(*, tenant: Tenant, limit: int) -> list[Effect]:

@@ -44,16 +44,20 @@ def test_demo_walks_a_refund_through_the_notary_on_sqlite(tmp_path: Path) -> Non
     assert re.search(r"cosign each checkpoint .*only checkpoints all 2 cosigned\.", out)
     assert "The tree is cosigned by 2 witnesses (w1.demo.interlock.example, w2.demo" in out
     assert "witnesses: OK  cosigned by 2 of 2 trusted witnesses" in out
-    assert "answers 422: refused: split view: a checkpoint of size 10 with another root" in out
+    assert "answers 422: refused: split view: a checkpoint of size 15 with another root" in out
     assert (tmp_path / "witnesses" / "w1.state.evidence.jsonl").exists()
     login = re.search(r"/admin/ as demo-reviewer / (\S+) \(a finance reviewer, created now\)", out)
     assert login, out[-2000:]
     assert "- The export again, offline: .venv/bin/python -m gate_client.verify " in out
     assert re.search(r"settles it: COMMITTED_ON_EVIDENCE, citing ledger entry \d+\.", out)
     assert "Emails sent: 1; the restarted agent had 0 effects left to recover." in out
-    assert re.search(r"^OK \S+: 10 entries, \d+ Merkle nodes, 1 signed checkpoints", out, re.M)
-    assert "completeness: OK  every entry of [0, 10) present once, in order" in out
+    assert "The restarted agent's recovery: AMBIGUOUS — it cannot know, and does not guess." in out
+    assert re.search(r"The review queue holds 1 effect; demo-reviewer decides it happened", out)
+    assert re.search(r"recorded at ledger seq \d+: RESOLVED_HAPPENED\. Texts sent: 1\.", out)
+    assert re.search(r"^OK \S+: 15 entries, \d+ Merkle nodes, 1 signed checkpoints", out, re.M)
+    assert "completeness: OK  every entry of [0, 15) present once, in order" in out
     assert re.search(r"^  COMMITTED_ON_EVIDENCE +1$", out, re.M)
+    assert re.search(r"^  RESOLVED_HAPPENED +1$", out, re.M)
 
 
 @pytest.mark.slow

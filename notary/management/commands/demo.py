@@ -46,7 +46,7 @@ from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, derive_receipt
 from gate_client.targets import Tier
-from ledger import selectors
+from ledger import selectors as ledger_selectors
 from ledger import services as ledger_services
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier, parse_tlog_proof
@@ -55,7 +55,7 @@ from ledger.core.entries import entry_from_leaf, format_timestamp
 from ledger.core.note import Signer, parse_vkey
 from ledger.keys import load_signing_key, write_signing_key
 from ledger.selectors import log_verifiers
-from notary import services
+from notary import selectors, services
 from notary.errors import NotaryInputError
 from notary.models import Tenant
 from testkit.peers.reference_service import read_acts, running_server
@@ -69,6 +69,7 @@ TARGET = "payments"
 EFFECTS: dict[str, tuple[str, Tier, timedelta | None, timedelta | None]] = {
     "refund": (TARGET, Tier.DEDUPES, timedelta(hours=24), None),
     "email": ("email", Tier.NEITHER, None, timedelta(hours=24)),
+    "sms": ("sms", Tier.NEITHER, None, None),  # nothing to ask, no webhooks: a person decides
 }
 MAX_INFLIGHT = timedelta(seconds=2)
 WITNESS_DIR = settings.VAR_DIR / "witnesses"
@@ -108,24 +109,76 @@ class Command(BaseCommand):
             override_settings(LEDGER_WITNESSES=[(w.url, w.vkey) for w in witnesses]),
             _serving_notary() as notary_url,
         ):
+            login = self._reviewer()
             tenant, tokens = self._walk_through(notary_url, payments.url, Path(payments.store))
             self._settle_by_webhook(notary_url, tenant, tokens, emails.url, Path(emails.store))
-            self._say("8. Full verification of the tenant's log (chain, tree, checkpoints):")
+            self._decided_by_a_person(notary_url, tenant, tokens, emails.url, Path(emails.store))
+            self._say("9. Full verification of the tenant's log (chain, tree, checkpoints):")
             call_command(
                 "verify_ledger", log=tenant.log.origin, no_progress=True, stdout=self.stdout
             )
             verify = self._audit(tenant, witnesses)
             self._split_view(tenant, witnesses[0])
-        self._next_steps(verify)
+        self._next_steps(verify, login)
 
-    def _next_steps(self, verify: list[str]) -> None:
-        """Where to look next: the admin with a reviewer's login, the export, the API."""
+    def _reviewer(self) -> str:
+        """The demo's finance reviewer, created on the first run: how to log in as them."""
         password = secrets.token_urlsafe(12)
         try:
             services.reviewer_create(username=DEMO_REVIEWER, email=DEMO_EMAIL, password=password)
-            login = f"{DEMO_REVIEWER} / {password} (a finance reviewer, created now)"
         except NotaryInputError:
-            login = f"{DEMO_REVIEWER} (created by an earlier run; `manage.py changepassword`)"
+            return f"{DEMO_REVIEWER} (created by an earlier run; `manage.py changepassword`)"
+        return f"{DEMO_REVIEWER} / {password} (a finance reviewer, created now)"
+
+    def _decided_by_a_person(
+        self,
+        notary_url: str,
+        tenant: Tenant,
+        tokens: tuple[str, str],
+        service_url: str,
+        store: Path,
+    ) -> None:
+        """Tier 3 with nothing to ask: a text message service with no key, no lookup and no
+        webhooks. The agent is killed after the send; recovery cannot know, so the effect is
+        AMBIGUOUS and waits in the review queue until a person decides."""
+        agent_token, approver_token = tokens
+        services.target_register(
+            tenant=tenant, name="sms", tier=3, queryable=False, max_inflight=MAX_INFLIGHT
+        )
+        lease_id = _grant(notary_url, approver_token, "sms")["lease_id"]
+        agent_args = [
+            "--notary", notary_url, "--token", agent_token, "--service", service_url,
+            "--tenant", tenant.slug, "--lease", lease_id, "--effect", "sms",
+        ]  # fmt: skip
+        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
+        if crashed.returncode != -9:
+            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
+        effect_id = _proposal("sms", tenant.slug, lease_id).effect_id
+        recovered = _run_agent("recover", agent_args)
+        states = [json.loads(line)["final_state"] for line in recovered.stdout.splitlines()]
+        queue = selectors.review_queue_size(tenant=tenant)
+        resolved = services.effect_resolve(
+            tenant=tenant,
+            effect_id=effect_id,
+            happened=True,
+            reason="the customer replied to the text message",
+            by=DEMO_REVIEWER,
+        )
+        receipt = httpx.get(
+            f"{notary_url}/v1/effects/{effect_id}/receipt",
+            headers={"Authorization": f"Bearer {agent_token}"},
+        ).json()["receipt"]
+        self._say(
+            "8. A text message through a tier-3 service with nothing to ask (no key, no lookup, "
+            "no webhooks); the agent is killed after the send. The restarted agent's recovery: "
+            f"{', '.join(states)} — it cannot know, and does not guess. The review queue holds "
+            f'{queue} effect; {DEMO_REVIEWER} decides it happened ("the customer replied"), '
+            f"recorded at ledger seq {resolved.seq}: {receipt['final_state']}. Texts sent: "
+            f"{len(read_acts(store, effect_id))}."
+        )
+
+    def _next_steps(self, verify: list[str], login: str) -> None:
+        """Where to look next: the admin with a reviewer's login, the export, the API."""
         command = shlex.join([".venv/bin/python", *map(_from_base_dir, verify[1:])])
         self._say("What next:")
         self.stdout.write(
@@ -143,7 +196,7 @@ class Command(BaseCommand):
         """What a witness is for: the notary's own key signs another tree of the size the
         witness cosigned last (a history rewritten by an insider who holds the key), and the
         witness refuses to cosign it, keeping both checkpoints as evidence."""
-        signed = selectors.latest_checkpoint(log=tenant.log)
+        signed = ledger_selectors.latest_checkpoint(log=tenant.log)
         if signed is None:
             raise CommandError("the tenant's log has no checkpoint to contradict")
         forged = CheckpointText(tenant.log.origin, signed.size, secrets.token_bytes(32))
@@ -153,7 +206,7 @@ class Command(BaseCommand):
         if answer.status != 422:
             raise CommandError(f"the witness did not refuse the forged tree: {answer.text}")
         self._say(
-            f"10. A split view tried: the notary's own key signs another tree of size "
+            f"11. A split view tried: the notary's own key signs another tree of size "
             f"{signed.size}. Witness {witness.vkey.split('+')[0]} answers {answer.status}: "
             f"{answer.text.splitlines()[0]}. Both checkpoints are kept as evidence in "
             f"{WITNESS_DIR / 'w1.state.evidence.jsonl'}; an agent or auditor that requires "
@@ -178,7 +231,7 @@ class Command(BaseCommand):
         vkeys += [arg for witness in witnesses for arg in ("--witness", witness.vkey)]
         command = [sys.executable, "-m", "gate_client.verify", str(export), *vkeys]
         verified = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        self._say(f"9. The auditor's export, {export.name}, checked offline with the keys alone:")
+        self._say(f"10. The auditor's export, {export.name}, checked offline with the keys alone:")
         self.stdout.write(verified.stdout.rstrip())
         if verified.returncode != 0:
             raise CommandError(f"the export did not verify: {verified.stderr}")
@@ -212,21 +265,7 @@ class Command(BaseCommand):
             f"notary signs; the tenant publishes only checkpoints all {len(witnesses)} cosigned."
         )
 
-        approver = httpx.Client(
-            base_url=notary_url, headers={"Authorization": f"Bearer {approver_token}"}
-        )
-        granted = approver.post(
-            "/v1/leases",
-            json={
-                "case_id": "case_4711",
-                "action": "refund",
-                "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
-                "requested_by": "refund-bot",
-                "limits": {"amount_cents": 2000},
-            },
-        )
-        granted.raise_for_status()
-        lease = granted.json()
+        lease = _grant(notary_url, approver_token, "refund", limits={"amount_cents": 2000})
         self._say(
             f"2. {lease['granted_by']} grants lease {lease['lease_id']}: refund on case_4711, "
             f"at most 2000 cents (ledger seq {lease['granted_seq']})"
@@ -296,18 +335,7 @@ class Command(BaseCommand):
         endpoint = webhook_services.endpoint_create(
             tenant=tenant, target=target, provider="resend", secrets=[secret]
         )
-        granted = httpx.post(
-            f"{notary_url}/v1/leases",
-            headers={"Authorization": f"Bearer {approver_token}"},
-            json={
-                "case_id": "case_4711",
-                "action": "email",
-                "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
-                "requested_by": "refund-bot",
-            },
-        )
-        granted.raise_for_status()
-        lease_id = granted.json()["lease_id"]
+        lease_id = _grant(notary_url, approver_token, "email")["lease_id"]
         agent_args = [
             "--notary", notary_url, "--token", agent_token, "--service", service_url,
             "--tenant", tenant.slug, "--lease", lease_id, "--effect", "email",
@@ -405,6 +433,28 @@ class Command(BaseCommand):
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
 
 
+def _grant(
+    notary_url: str, approver_token: str, action: str, *, limits: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """An approver's lease on `action` for the demo's case, an hour long, for the refund bot."""
+    body: dict[str, Any] = {
+        "case_id": "case_4711",
+        "action": action,
+        "expires_at": (timezone.now() + timedelta(hours=1)).isoformat(),
+        "requested_by": "refund-bot",
+    }
+    if limits is not None:
+        body["limits"] = limits
+    granted = httpx.post(
+        f"{notary_url}/v1/leases",
+        headers={"Authorization": f"Bearer {approver_token}"},
+        json=body,
+    )
+    granted.raise_for_status()
+    lease: dict[str, Any] = granted.json()
+    return lease
+
+
 def _from_base_dir(arg: str) -> str:
     """A path under the project's folder as the README's commands write it, relative."""
     path = Path(arg)
@@ -414,11 +464,12 @@ def _from_base_dir(arg: str) -> str:
 
 
 def _proposal(kind: str, tenant: str, lease_id: str) -> Proposal:
-    payload = (
-        {"payment": "pay_100", "amount_cents": 2000}
-        if kind == "refund"
-        else {"to": "customer@example.com", "text": "Your refund of $20 is on the way"}
-    )
+    payloads: dict[str, dict[str, Any]] = {
+        "refund": {"payment": "pay_100", "amount_cents": 2000},
+        "email": {"to": "customer@example.com", "text": "Your refund of $20 is on the way"},
+        "sms": {"to": "+15550100", "text": "Refund of $20 sent"},
+    }
+    payload = payloads[kind]
     return Proposal(
         case_id="case_4711",
         target=EFFECTS[kind][0],
