@@ -139,7 +139,7 @@ class Gate:
                     "standing_payload_hash": standing_hash,
                 },
             )
-            return self._receipt(effect_id, payload_hash=proposal.payload_hash)
+            return self.receipt(effect_id, payload_hash=proposal.payload_hash)
         # A first dispatch checks the proposal's premises once more; an effect met in flight
         # recovers by its tier.
         first = not last_attempt(history)
@@ -185,7 +185,7 @@ class Gate:
             )
             step = decide(facts)
             if isinstance(step, Settled):
-                return self._receipt(effect_id)
+                return self.receipt(effect_id)
             if isinstance(step, Ask):
                 answer = self._ask(effect_id, proposed, target, step)
             elif isinstance(step, CheckAgain):
@@ -195,7 +195,7 @@ class Gate:
             elif isinstance(step, Wait):
                 waited = self._wait_for_verdict(effect_id, step)
                 if waited is None:
-                    return self._receipt(effect_id)  # still in flight; settled later
+                    return self.receipt(effect_id)  # still in flight; settled later
                 answer, recheck, history = None, None, waited
             else:
                 dispatch = DispatchRequest.of_proposal(
@@ -259,12 +259,12 @@ class Gate:
         for a first dispatch, else at the next recover()."""
         crash_point(CrashPoint.AFTER_DISPATCHED)
         if late_request(self.declared(proposed["target"]), dispatched, self.clock()) is not None:
-            return self._receipt(effect_id) if recovering else self._settle(effect_id)
+            return self.receipt(effect_id) if recovering else self._settle(effect_id)
         try:
             outcome = target.send(effect_id, proposed["payload"])
         except InDoubt:
             if recovering:
-                return self._receipt(effect_id)  # in doubt again: the next recover() goes on
+                return self.receipt(effect_id)  # in doubt again: the next recover() goes on
             return self._settle(effect_id, dispatched_here=True)
         crash_point(CrashPoint.AFTER_RESPONSE)
         if isinstance(outcome, Sent):
@@ -279,9 +279,12 @@ class Gate:
 
     def _record(self, effect_id: str, step: Record) -> Receipt:
         self.journal.record(kind=step.kind, effect_id=effect_id, body=step.body)
-        return self._receipt(effect_id)
+        return self.receipt(effect_id)
 
-    def _receipt(self, effect_id: str, *, payload_hash: str | None = None) -> Receipt:
+    def receipt(self, effect_id: str, *, payload_hash: str | None = None) -> Receipt:
+        """The effect's receipt as the journal's entries give it now, derived here (never
+        taken from the journal's word); with `payload_hash`, that of a refused re-decided
+        payload. ReceiptError if the journal has no such effect."""
         entries = self.journal.receipt_entries(effect_id)
         return derive_receipt(entries, effect_id, payload_hash=payload_hash)
 

@@ -104,6 +104,9 @@ def test_a_submitted_effect_commits_once_with_all_four_facts(
     again = world.gate().submit(world.proposal())
     assert again == receipt  # already committed: the same receipt, nothing sent
     assert world.target.times_acted(receipt.effect_id) == 1
+    assert world.gate().receipt(receipt.effect_id) == receipt  # read, from the entries alone
+    with pytest.raises(ReceiptError):
+        world.gate().receipt("eff_never_proposed")
 
 
 def test_a_re_decided_payload_is_refused_and_the_first_stands(
