@@ -32,13 +32,16 @@ import argparse
 import base64
 import binascii
 import json
+import os
+import stat
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import (
@@ -73,7 +76,8 @@ class Report:
     size: int = 0
     receipts: int = 0
     entries: int = 0  # entry lines
-    proved: int = 0  # entries proved in the tree, copies included
+    proved: int = 0  # distinct entries proved in the tree: each seq once, at its home
+    copies: int = 0  # copies carried in receipt lines (lease entries), each proved too
     outcomes: Counter[str] = field(default_factory=Counter)
     known: int = 0  # known checkpoints the export's tree was found consistent with
     cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
@@ -115,10 +119,8 @@ def verify_export(
         if state.finished:
             raise Failure("completeness", where, "a line after the footer")
         _count_line(_record(raw, where), where, state, report)
-        if number % 10_000 == 0 and sys.stderr.isatty():
-            print(f"\r{number:,} lines verified", end="", file=sys.stderr, flush=True)
     state.complete()
-    report.proved = state.proved
+    report.proved, report.copies = state.proved, state.copied
     report.known = held.check()
     return report
 
@@ -281,7 +283,8 @@ class _Walk:
         self.last_effect = ""
         self.last_seq = -1
         self.finished = False
-        self.proved = 0
+        self.proved = 0  # homes: distinct entries
+        self.copied = 0
         self.receipted: set[str] = set()
         self.loose: dict[str, list[Entry]] = {}
         self.out_of_time: set[str] = set()
@@ -436,19 +439,20 @@ class _Walk:
             raise Failure(
                 "integrity", where, f"entry {entry.seq} is not in the tree: {exc}"
             ) from exc
-        self.proved += 1
         return entry
 
     def _home(self, entry: Entry, where: str) -> None:
         if self.seen[entry.seq]:
             raise Failure("completeness", where, f"entry {entry.seq} appears twice")
         self.seen[entry.seq] = 1
+        self.proved += 1
         self.held.leaf(entry.seq, entry.entry_hash)
         copy = self.copies.pop(entry.seq, None)
         if copy is not None and copy != entry.entry_hash:
             raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
 
     def _copy(self, entry: Entry, where: str) -> None:
+        self.copied += 1
         if self.seen[entry.seq] or entry.seq in self.copies:
             known = self.copies.get(entry.seq)
             if known is not None and known != entry.entry_hash:
@@ -583,9 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     known = _known_checkpoints(parser, args.known_checkpoint)
     with args.export.open("rb") as export:
         try:
-            report = verify_export(
-                (line.rstrip(b"\n") for line in export), trusted, known=known, witnesses=witnesses
-            )
+            with _Progress(export) as lines:
+                report = verify_export(lines, trusted, known=known, witnesses=witnesses)
         except Failure as failure:
             for verdict in VERDICTS:
                 if verdict == failure.verdict:
@@ -602,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"witnesses: {_witnessed(witnesses, report)}")
     print(
         f"integrity: OK  {report.receipts:,} receipts re-derived from their entries, "
-        f"{report.proved:,} entries proved in the tree"
+        f"{report.proved:,} entries proved in the tree (and {report.copies:,} copies of "
+        "lease entries carried in receipts, proved too)"
     )
     print(f"completeness: OK  every entry of [0, {report.size}) present once, in order")
     if report.known:
@@ -613,6 +617,49 @@ def main(argv: list[str] | None = None) -> int:
     for state, count in sorted(report.outcomes.items()):
         print(f"  {state:<34} {count:>8,}")
     return 0
+
+
+class _Progress:
+    """The export's lines, and how much of it is read on stderr when that is a terminal: bytes
+    of the file's size (known before reading, and exact whatever the lines hold), redrawn as
+    the percentage moves; the line is ended on leaving, so the verdicts start on their own."""
+
+    def __init__(self, export: IO[bytes]) -> None:
+        self.export = export
+        self.shown = sys.stderr.isatty()
+        status = os.fstat(export.fileno())
+        self.size = status.st_size if stat.S_ISREG(status.st_mode) else 0  # a pipe: unknown
+        self.read = 0
+        self.drawn = -1
+
+    def __enter__(self) -> Iterator[bytes]:
+        return self._lines()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.shown:
+            print(f"\r{self._status()}", file=sys.stderr, flush=True)
+
+    def _lines(self) -> Iterator[bytes]:
+        for line in self.export:
+            self.read += len(line)
+            if self.shown and self._mark() != self.drawn:
+                self.drawn = self._mark()
+                print(f"\r{self._status()}", end="", file=sys.stderr, flush=True)
+            yield line.rstrip(b"\n")
+
+    def _mark(self) -> int:
+        """The percentage read, or with no known size the MiB read."""
+        return 100 * self.read // self.size if self.size else self.read >> 20
+
+    def _status(self) -> str:
+        if self.size:
+            return f"verifying: {self._mark():3d}% of {self.size:,} bytes"
+        return f"verifying: {self._mark():,} MiB read"
 
 
 def _witnessed(witnesses: WitnessPolicy, report: Report | None = None) -> str:

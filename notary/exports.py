@@ -15,7 +15,9 @@ The format, interlock-receipts-export/v1, is JSON Lines, one object a line:
 - `footer`: how many receipt and entry lines came before it.
 
 It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
-log (beyond one bit per entry, to know which entries a receipt line already carried).
+log (beyond one bit per entry, to know which entries a receipt line already carried). Its
+progress is counted in entries given their line, of the checkpoint's size: exact from the
+header on, whatever the filter leaves out.
 
 Nothing is written that the verifier would refuse: the checkpoint must open under the published
 keys, and every entry is proved in its tree before its line is written. A database altered
@@ -26,10 +28,11 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from gate_client.protocol import AT_RECOVERY, REFUSAL_REASONS, FinalState, State
 from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import Checkpoint as SignedTree
 from ledger.core.checkpoint import (
@@ -45,20 +48,24 @@ from ledger.core.note import parse_vkey
 from ledger.models import Checkpoint, Entry
 from ledger.selectors import (
     LedgerLookupError,
+    configured_witness_keys,
     entries_at,
+    latest_checkpoint,
     log_verifiers,
-    no_published_checkpoint,
     published_checkpoint,
     signing_keys,
     tlog_proofs,
 )
-from notary.errors import NotaryConflict
+from notary.errors import NotaryConflict, NotaryInputError
 from notary.models import Effect, Lease, Tenant
 
 EXPORT_FORMAT = "interlock-receipts-export/v1"
 _CHUNK = 500
 # What reading an altered database can raise: a row that is not an entry, a node that is gone.
 _DAMAGE = (EntryError, ReceiptError, ProofError, LedgerLookupError, KeyError, ValueError)
+# Called as each line is made: how many of the range's entries have their line so far, of how
+# many (the checkpoint's size); the header reports (0, size).
+Progress = Callable[[int, int], None]
 
 
 class ExportDamaged(NotaryConflict):
@@ -76,16 +83,21 @@ def export_receipts(
     since: datetime | None = None,
     until: datetime | None = None,
     state: str | None = None,
+    progress: Progress | None = None,
 ) -> Iterator[str]:
     """The export's lines (each ending in a newline) for the effects proposed in [since, until)
     whose state as of the published checkpoint (the latest signed one with the cosignatures the
-    log requires, which the header carries) is `state` (a prefix when it ends in `*`)."""
+    log requires, which the header carries) is `state` (a prefix when it ends in `*`).
+
+    A state no receipt can end in is refused (NotaryInputError) before anything is read, and
+    a log with no published checkpoint with NotaryConflict("no_checkpoint"), saying why."""
+    if state is not None:
+        check_state_filter(state)
     log = tenant.log
     checkpoint = published_checkpoint(log=log)
     if checkpoint is None:
-        raise NotaryConflict(
-            "no_checkpoint", f"log {log.origin} has {no_published_checkpoint(log)}"
-        )
+        raise NotaryConflict("no_checkpoint", unpublished(tenant))
+    report = progress or _unobserved
     tree = _signed_tree(checkpoint)
     end = checkpoint.size
     yield _line(
@@ -103,6 +115,7 @@ def export_receipts(
             },
         }
     )
+    report(0, end)
     carried = bytearray(end)  # 1 where a receipt line is the entry's home
     effects = Effect.objects.filter(tenant=tenant, proposed_seq__lt=end)
     if since is not None:
@@ -110,18 +123,106 @@ def export_receipts(
     if until is not None:
         effects = effects.filter(proposed_at__lt=until)
     ids = effects.order_by("effect_id").values_list("effect_id", "lease_id")
-    receipts = entries = 0
+    receipts = entries = homed = 0
     try:
         for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
-            for line in _receipt_lines(tenant, checkpoint, tree, chunk, state, carried):
+            for line, own in _receipt_lines(tenant, checkpoint, tree, chunk, state, carried):
                 receipts += 1
+                homed += own
+                report(homed, end)
                 yield line
         for line in _entry_lines(tenant, checkpoint, tree, carried):
             entries += 1
+            report(homed + entries, end)
             yield line
     except _DAMAGE as exc:
         raise ExportDamaged(f"log {log.origin}: {exc}") from exc
     yield _line({"type": "footer", "receipts": receipts, "entries": entries})
+
+
+def _unobserved(done: int, total: int) -> None:
+    """No one watches this export's progress."""
+
+
+def unpublished(tenant: Tenant) -> str:
+    """Why the tenant's log has no published checkpoint to export, and what gives it one."""
+    log = tenant.log
+    required = log.required_cosignatures
+    latest = latest_checkpoint(log=log)
+    if latest is None:
+        witnessed = f", and cosigned by the {required} witnesses it requires" if required else ""
+        return (
+            f"log {log.origin} has no signed checkpoint yet: the notary's beat signs one every "
+            "NOTARY_CHECKPOINT_INTERVAL_SECONDS, or its operator at once with "
+            f"`manage.py sign_checkpoint --log {log.origin}`; export again once one is "
+            f"signed{witnessed}"
+        )
+    configured = {(w.name, f"{w.key_id:08x}") for w in configured_witness_keys()}
+    cosigned = sum(
+        (witness, key_id) in configured
+        for witness, key_id in latest.cosignatures.values_list("witness", "key_id")
+    )
+    short = f" (only {len(configured)} configured)" if len(configured) < required else ""
+    return (
+        f"log {log.origin} publishes a checkpoint only once {required} of its witnesses "
+        f"(LEDGER_WITNESSES) cosigned it, and none is yet: its latest, of size {latest.size}, "
+        f"is cosigned by {cosigned}{short}. Each checkpoint is sent to the witnesses once "
+        "signed, and again on the notary's beat: check that they run and are reachable, then "
+        "export again, or require fewer with "
+        f"`manage.py require_cosignatures --tenant {tenant.slug} --count K`"
+    )
+
+
+def _final_states() -> list[str]:
+    """The final states a receipt can have, as it writes them (protocol.FinalState); FAILED's
+    goes on with the failure code, so it is here as its prefix, "FAILED:"."""
+    states = []
+    for state in State:
+        if state is State.REFUSED:
+            states += [
+                str(FinalState(state, reason, again))
+                for reason in sorted(REFUSAL_REASONS)
+                for again in (False, True)
+            ]
+        else:
+            states.append(str(FinalState(state)))
+    return states
+
+
+_FINAL_STATES = _final_states()
+_FAILED = str(FinalState(State.FAILED))
+
+
+def check_state_filter(state: str) -> None:
+    """Refuse a state filter no receipt's final state can match (lower case, a typo, FAILED
+    without its code): its export would be empty, which reads as an answer."""
+    if _selects_some(state):
+        return
+    name, colon, rest = state.partition(":")
+    fixed = name.upper() + colon + rest
+    guesses = [g for g in (fixed, fixed.rstrip("*") + "*") if g != state and _selects_some(g)]
+    hint = f" (did you mean {guesses[0]}?)" if guesses else ""
+    states = ", ".join(
+        f"{s}:<code>"
+        if s is State.FAILED
+        else f"{s}:<reason>[{AT_RECOVERY}]"
+        if s is State.REFUSED
+        else str(s)
+        for s in State
+    )
+    raise NotaryInputError(
+        f"state {state!r} is no receipt's final state{hint}: give one of {states} (a REFUSED "
+        f"reason is one of {', '.join(sorted(REFUSAL_REASONS))}), or a prefix ending in *, "
+        "e.g. COMMITTED* or FAILED*"
+    )
+
+
+def _selects_some(state: str) -> bool:
+    """Whether some receipt's final state is `state` (starts with it, for a prefix)."""
+    if state.endswith("*"):
+        prefix = state[:-1]
+        return prefix.startswith(_FAILED) or any(s.startswith(prefix) for s in _FINAL_STATES)
+    return state != _FAILED and (state.startswith(_FAILED) or state in _FINAL_STATES)
 
 
 def _signed_tree(checkpoint: Checkpoint) -> SignedTree:
@@ -161,7 +262,9 @@ def _receipt_lines(
     chunk: list[tuple[str, str]],
     state: str | None,
     carried: bytearray,
-) -> Iterator[str]:
+) -> Iterator[tuple[str, int]]:
+    """The chunk's receipt lines that match `state`, each with how many of its entries are its
+    effect's own (the entries it is the home of)."""
     log, end = tenant.log, checkpoint.size
     histories: dict[str, list[LedgerEntry]] = {effect_id: [] for effect_id, _ in chunk}
     rows = Entry.objects.filter(log=log, effect_id__in=list(histories), seq__lt=end)
@@ -188,14 +291,13 @@ def _receipt_lines(
     needed = {e.seq for _, _, journal in lines for e in journal}
     proofs = tlog_proofs(log=log, indexes=needed, checkpoint=checkpoint)
     for effect_id, receipt_fields, journal in lines:
-        yield _line(
-            {
-                "type": "receipt",
-                "effect_id": effect_id,
-                "receipt": receipt_fields,
-                "entries": [_proved(e, proofs, tree) for e in journal],
-            }
-        )
+        record = {
+            "type": "receipt",
+            "effect_id": effect_id,
+            "receipt": receipt_fields,
+            "entries": [_proved(e, proofs, tree) for e in journal],
+        }
+        yield _line(record), len(histories[effect_id])
 
 
 def _proved(entry: LedgerEntry, proofs: dict[int, str], tree: SignedTree) -> dict[str, Any]:

@@ -74,8 +74,9 @@ ATTESTATION_CONFLICT = error_response(
 )
 ATTESTATION_NOT_FOUND = error_response("`not_found`: no such effect for this tenant")
 NO_CHECKPOINT = error_response(
-    "`no_checkpoint`: the tenant's log has no signed checkpoint yet (with the witness "
-    "cosignatures it requires)",
+    "`no_checkpoint`: the tenant's log has no signed checkpoint yet, or none with the witness "
+    "cosignatures it requires; `detail` says which (how many cosignatures the latest has) and "
+    "what gives it one",
     ConflictOutput,
 )
 RECEIPT_NOT_FOUND = error_response(
@@ -374,7 +375,8 @@ class ExportReceiptsView(APIView):
             OpenApiParameter(
                 "state",
                 {"type": "string", "maxLength": 100},
-                description="final state, or a prefix ending in *",
+                description="final state (e.g. AMBIGUOUS, FAILED:card_declined), or a prefix "
+                "ending in * (COMMITTED*); a state no receipt can have is refused (400)",
             ),
         ],
         responses={
@@ -392,7 +394,7 @@ class ExportReceiptsView(APIView):
             until=given.validated_data.get("to"),
             state=given.validated_data.get("state"),
         )
-        first = next(lines)  # the header: a log with no checkpoint is refused before streaming
+        first = next(lines)  # the header: a bad state, or no checkpoint, is refused before it
         return StreamingHttpResponse(
             itertools.chain([first], lines), content_type="application/x-ndjson"
         )

@@ -17,23 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import LazySettings
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
 
+from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier
+from ledger.core.cosignature import CosignerKey
 from ledger.core.entries import entry_from_leaf
 from ledger.core.note import Signer, Verifier
 from notary import services
-from notary.exports import export_receipts
+from notary.exports import Progress, export_receipts
 from notary.groups import AUDITORS
 from notary.models import Tenant
-from testkit.factories import client_for, dispatched, register
+from testkit.factories import client_for, dispatched, leased, register
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +81,8 @@ def key_of(tenant: Tenant, signer: Signer) -> Verifier:
 def test_an_export_verifies_with_the_notarys_key_alone(shop: Tenant, signer: Signer) -> None:
     report = verify_export(lines_of(shop), [key_of(shop, signer)])
     assert report.receipts == 5
-    assert report.proved == report.size + 5  # every entry once, each lease grant also copied
+    assert report.proved == report.size  # every entry once...
+    assert report.copies == 5  # ...and each lease grant again, as a copy in its receipt
     assert dict(report.outcomes) == {
         "COMMITTED": 1,
         "AMBIGUOUS": 1,
@@ -142,8 +146,11 @@ def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
 
 
 def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path: Path) -> None:
+    """The command signs the log's 24 entries first (case-6 came after the checkpoint of 21)."""
     out = tmp_path / "receipts.jsonl"
-    call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=io.StringIO())
+    said = io.StringIO()
+    call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=said)
+    assert said.getvalue() == f"{out}: 14 lines, the log's entries [0, 24)\n"
     verified = subprocess.run(
         [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", key_of(shop, signer).vkey],
         capture_output=True,
@@ -151,7 +158,11 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
     )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "authenticity: OK" in verified.stdout
-    assert "completeness: OK  every entry of [0, 21) present once, in order" in verified.stdout
+    assert "completeness: OK  every entry of [0, 24) present once, in order" in verified.stdout
+    assert (
+        "integrity: OK  6 receipts re-derived from their entries, 24 entries proved in the tree "
+        "(and 6 copies of lease entries carried in receipts, proved too)"
+    ) in verified.stdout
     tampered = tmp_path / "tampered.jsonl"
     tampered.write_text(out.read_text().replace('"AMBIGUOUS"', '"COMMITTED"', 1))
     refused = subprocess.run(
@@ -186,6 +197,9 @@ def test_the_api_streams_an_export_to_auditors_only(
     empty = client_for(globex, "auditor", "gary").get("/v1/exports/receipts")
     assert empty.status_code == 409
     assert empty.json()["error"] == "no_checkpoint"
+    detail = empty.json()["detail"]
+    assert detail.startswith(f"log {globex.log.origin} has no signed checkpoint yet: ")
+    assert f"`manage.py sign_checkpoint --log {globex.log.origin}`; export again" in detail
 
 
 def test_an_auditor_downloads_the_export_from_the_admin(shop: Tenant, signer: Signer) -> None:
@@ -362,7 +376,7 @@ def test_an_export_of_an_altered_database_stops_cleanly_and_writes_nothing(
                 "export_receipts", tenant="acme", out=target, no_progress=True, stdout=io.StringIO()
             )
         message = str(refused.value)
-        assert "is not in the tree signed at size 21" in message
+        assert "is not in the tree signed at size 24" in message
         assert "the ledger's database was altered; run verify_ledger" in message
         assert f"{target} was not written" in message
     assert out.read_bytes() == earlier  # the earlier export is left as it was
@@ -370,18 +384,226 @@ def test_an_export_of_an_altered_database_stops_cleanly_and_writes_nothing(
 
 
 def test_an_export_whose_checkpoint_was_replaced_is_refused_before_a_line(
+    shop: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    ledger_services.sign_checkpoint(log=shop.log, signer=signer)  # the whole log: 24
+    replace_checkpoint_size(shop, 24, 23)
+    out = tmp_path / "exports" / "receipts.jsonl"
+    out.parent.mkdir()
+    with pytest.raises(CommandError, match=r"the checkpoint of \S+ at size 24: checkpoint signat"):
+        call_command("export_receipts", tenant="acme", out=out, no_progress=True)
+    assert list(out.parent.iterdir()) == []
+
+
+def test_a_log_whose_checkpoint_was_replaced_is_not_signed_again(
     shop: Tenant, tmp_path: Path
 ) -> None:
+    """The log grew past the replaced checkpoint: the command's signing refuses the tree."""
+    replace_checkpoint_size(shop, 21, 20)
+    out = tmp_path / "receipts.jsonl"
+    with pytest.raises(CommandError) as refused:
+        call_command("export_receipts", tenant="acme", out=out, no_progress=True)
+    assert str(refused.value).startswith("nothing signed: the tree of size 24 is not consistent")
+    assert str(refused.value).endswith("; run verify_ledger")
+    assert not out.exists()
+    assert shop.log.checkpoints.count() == 1
+
+
+def replace_checkpoint_size(tenant: Tenant, size: int, claimed: int) -> None:
+    """Change the size the stored checkpoint's note states, past the ledger's triggers."""
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(
-            "UPDATE ledger_checkpoint SET note = replace(note, '\n21\n', '\n20\n') "
-            "WHERE log_id = %s",
-            [shop.log.pk],
+            "UPDATE ledger_checkpoint SET note = replace(note, %s, %s) "
+            "WHERE log_id = %s AND size = %s",
+            [f"\n{size}\n", f"\n{claimed}\n", tenant.log.pk, size],
         )
+        assert cursor.rowcount == 1
         cursor.execute("SET LOCAL session_replication_role = origin")
-    out = tmp_path / "exports" / "receipts.jsonl"
-    out.parent.mkdir()
-    with pytest.raises(CommandError, match=r"the checkpoint of \S+ at size 21: checkpoint signat"):
+
+
+def test_the_command_signs_a_checkpoint_of_the_whole_log_first(
+    acme: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    """No checkpoint yet: the command signs one of every entry and exports it; a log its latest
+    checkpoint covers is not signed again."""
+    register(acme, "mail", evidence_window=timedelta(hours=1), max_inflight=timedelta(seconds=1))
+    dispatched(acme, "mail", "case-1")
+    out = tmp_path / "receipts.jsonl"
+    for _ in range(2):
+        call_command(
+            "export_receipts", tenant="acme", out=out, no_progress=True, stdout=io.StringIO()
+        )
+        report = verify_export(out.read_bytes().splitlines(), [key_of(acme, signer)])
+        assert (report.size, report.receipts) == (3, 1)  # grant, PROPOSED, DISPATCHED
+    assert acme.log.checkpoints.count() == 1
+
+
+def test_an_export_waiting_for_witnesses_says_what_is_missing(
+    shop: Tenant, signer: Signer, settings: LazySettings, tmp_path: Path
+) -> None:
+    """The log requires two witnesses' cosignatures; its latest checkpoint has one. Both the
+    command and the API say so, and what to do; nothing is written."""
+    first, second = (CosignerKey.generate(f"w{n}.witness.example") for n in (1, 2))
+    settings.LEDGER_WITNESSES = [(f"http://{w.name}", w.verifier.vkey) for w in (first, second)]
+    ledger_services.require_cosignatures(log=shop.log, count=2)
+    latest = ledger_services.sign_checkpoint(log=shop.log, signer=signer)  # all 24 entries
+    body = latest.note[: latest.note.rfind("\n\n") + 1]
+    line = first.cosign(body, timestamp=1_800_000_000)
+    ledger_services.record_cosignature(checkpoint=latest, witness=first.verifier, line=line)
+    out = tmp_path / "receipts.jsonl"
+    with pytest.raises(CommandError) as refused:
         call_command("export_receipts", tenant="acme", out=out, no_progress=True)
-    assert list(out.parent.iterdir()) == []
+    detail = str(refused.value).removesuffix(f"; {out} was not written")
+    assert detail == (
+        f"log {shop.log.origin} publishes a checkpoint only once 2 of its witnesses "
+        "(LEDGER_WITNESSES) cosigned it, and none is yet: its latest, of size 24, is cosigned "
+        "by 1. Each checkpoint is sent to the witnesses once signed, and again on the notary's "
+        "beat: check that they run and are reachable, then export again, or require fewer "
+        "with `manage.py require_cosignatures --tenant acme --count K`"
+    )
+    assert not out.exists()
+    answer = client_for(shop, "auditor", "audrey").get("/v1/exports/receipts")
+    assert answer.status_code == 409
+    assert answer.json() == {"error": "no_checkpoint", "detail": detail}
+    settings.LEDGER_WITNESSES = settings.LEDGER_WITNESSES[:1]  # the second one dropped
+    with pytest.raises(CommandError, match=r"is cosigned by 1 \(only 1 configured\)\. Each"):
+        call_command("export_receipts", tenant="acme", out=out, no_progress=True)
+
+
+def test_an_export_while_the_new_checkpoint_awaits_its_witnesses_says_what_it_covers(
+    shop: Tenant, settings: LazySettings, tmp_path: Path
+) -> None:
+    """The checkpoint of 21 is cosigned; the one the command signs, of 24, not yet (nothing
+    is sent to the witness inside a test's transaction): the export is of 21, and says so."""
+    witness = CosignerKey.generate("w1.witness.example")
+    settings.LEDGER_WITNESSES = [(f"http://{witness.name}", witness.verifier.vkey)]
+    ledger_services.require_cosignatures(log=shop.log, count=1)
+    cosigned = shop.log.checkpoints.get()
+    body = cosigned.note[: cosigned.note.rfind("\n\n") + 1]
+    line = witness.cosign(body, timestamp=1_800_000_000)
+    ledger_services.record_cosignature(checkpoint=cosigned, witness=witness.verifier, line=line)
+    out, said, warned = tmp_path / "receipts.jsonl", io.StringIO(), io.StringIO()
+    call_command(
+        "export_receipts", tenant="acme", out=out, no_progress=True, stdout=said, stderr=warned
+    )
+    assert said.getvalue() == f"{out}: 12 lines, the log's entries [0, 21)\n"
+    assert warned.getvalue() == (
+        "the latest checkpoint, of size 24, is not published yet (it awaits its witnesses' "
+        "cosignatures): this export is as of size 21\n"
+    )
+    assert [c.size for c in shop.log.checkpoints.order_by("size")] == [21, 24]
+
+
+def test_the_progress_counts_each_entry_of_the_checkpoint_once(shop: Tenant) -> None:
+    """In entries given their line, of the checkpoint's size: from 0 at the header, never back,
+    to all of them, whatever the filter leaves to entry lines."""
+    for state in (None, "COMMITTED*", "AMBIGUOUS"):
+        seen, progress = watched()
+        lines = list(export_receipts(tenant=shop, state=state, progress=progress))
+        assert seen[0] == (0, 21) and seen[-1] == (21, 21), state
+        assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+        assert len(seen) == len(lines) - 1  # the header, then every line but the footer
+
+
+def watched() -> tuple[list[tuple[int, int]], Progress]:
+    """What an export reports of its progress, kept, and the callback that keeps it."""
+    seen: list[tuple[int, int]] = []
+    return seen, lambda done, total: seen.append((done, total))
+
+
+@pytest.mark.parametrize(
+    ("state", "hint"),
+    [
+        ("ambiguous", "did you mean AMBIGUOUS?"),
+        ("committed*", "did you mean COMMITTED*?"),
+        ("FAILED", "did you mean FAILED*?"),  # a failure has its code: FAILED:card_declined
+        ("failed:card_declined", "did you mean FAILED:card_declined?"),
+        ("REFUSED:lease_lost", None),
+        ("PENDING*", None),
+    ],
+)
+def test_a_state_no_receipt_can_have_is_refused_and_nothing_changes(
+    shop: Tenant, tmp_path: Path, state: str, hint: str | None
+) -> None:
+    out = tmp_path / "receipts.jsonl"
+    with pytest.raises(CommandError) as refused:
+        call_command("export_receipts", tenant="acme", out=out, state=state, no_progress=True)
+    detail = str(refused.value).removesuffix(f"; {out} was not written")
+    assert detail.startswith(f"state {state!r} is no receipt's final state")
+    assert (f"({hint})" in detail) if hint else ("did you mean" not in detail)
+    for named in (
+        "PROPOSED, DISPATCHED, COMMITTED, COMMITTED_BY_RETRY",
+        "FAILED:<code>, REFUSED:<reason>[_at_recovery], AMBIGUOUS, RESOLVED_HAPPENED",
+        "lease_expired, lease_revoked",
+        "or a prefix ending in *, e.g. COMMITTED*",
+    ):
+        assert named in detail
+    assert not out.exists()
+    assert shop.log.checkpoints.count() == 1  # the command signed nothing (case-6 is unsigned)
+    answer = client_for(shop, "auditor", "audrey").get("/v1/exports/receipts", {"state": state})
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "invalid", "detail": detail}
+
+
+def test_every_state_a_receipt_can_have_is_a_filter(shop: Tenant, signer: Signer) -> None:
+    receipts = {
+        "*": 5,
+        "RESOLVED_*": 1,
+        "COMMITTED_ON_EVIDENCE": 1,
+        "DISPATCHED": 1,
+        "PROPOSED": 0,
+        "FAILED:card_declined": 0,
+        "FAILED:*": 0,
+        "REFUSED:stale_premise_at_recovery": 0,
+        "REFUSED:lease_*": 0,
+    }
+    for state, count in receipts.items():
+        assert verify_export(lines_of(shop, state=state), [key_of(shop, signer)]).receipts == count
+
+
+@pytest.mark.parametrize("option", ["--from", "--to"])
+def test_a_time_the_command_cannot_read_names_the_option_given(
+    shop: Tenant, tmp_path: Path, option: str
+) -> None:
+    out = tmp_path / "receipts.jsonl"
+    for moment in ("yesterday", "2026-11-01T00:00"):  # no zone
+        with pytest.raises(CommandError, match=f"^{option}: an ISO 8601 time with a zone"):
+            call_command("export_receipts", "--tenant=acme", f"--out={out}", option, moment)
+
+
+def test_lease_entries_copied_into_several_receipts_are_counted_once(
+    acme: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    """Three effects under one lease: the grant is proved at its home and in each receipt; the
+    verifier counts the log's 4 entries once, and the 3 copies apart."""
+    lease = leased(acme, "case-1", "email", requested_by="mail-bot")
+    for target in ("mail-1", "mail-2", "mail-3"):
+        register(acme, target)
+        proposal = Proposal(
+            case_id="case-1",
+            target=target,
+            action="email",
+            payload={"to": "customer@example.com"},
+            lease_id=lease.lease_id,
+            tenant=acme.slug,
+        )
+        services.effect_propose(
+            tenant=acme, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
+        )
+    ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+    out = tmp_path / "receipts.jsonl"
+    out.write_text("".join(export_receipts(tenant=acme)), encoding="utf-8")
+    vkey = key_of(acme, signer).vkey
+    verified = subprocess.run(
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert (
+        "integrity: OK  3 receipts re-derived from their entries, 4 entries proved in the tree "
+        "(and 3 copies of lease entries carried in receipts, proved too)\n"
+    ) in verified.stdout
