@@ -40,7 +40,8 @@ import httpx
 from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
 from gate_client.leases import Lease, LeaseState
 from gate_client.protocol import Answer, Intent, Negative, TargetDeclaration
-from gate_client.receipts import Receipt, ReceiptError, derive_receipt
+from gate_client.proved import NotProved, check_inclusion, check_receipt, shown_entry
+from gate_client.receipts import Receipt
 from gate_client.targets import Found, NotFound, Tier
 from ledger.core.checkpoint import (
     Checkpoint,
@@ -48,12 +49,11 @@ from ledger.core.checkpoint import (
     Succession,
     open_checkpoint,
     parse_checkpoint_text,
-    parse_tlog_proof,
     succession,
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
-from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
-from ledger.core.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
+from ledger.core.entries import Entry, EntryKind
+from ledger.core.merkle import ProofError, verify_consistency
 from ledger.core.note import NoteError, Verifier, parse_vkey
 
 STATE_FORMAT = "interlock-notary-journal-checkpoint/v1"
@@ -265,14 +265,12 @@ class NotaryJournal:
         entries = _entries(shown["entries"])
         note = shown["checkpoint"]
         checkpoint = None if note is None else self._observe(str(note))
-        if checkpoint is not None:
-            _check_proofs(entries, shown["proofs"], note, checkpoint)
         try:
-            receipt = derive_receipt(entries, effect_id, payload_hash=payload_hash)
-        except ReceiptError as exc:
+            if checkpoint is not None:
+                check_inclusion(entries, shown["proofs"], note, checkpoint)
+            receipt = check_receipt(shown, entries, effect_id=effect_id, payload_hash=payload_hash)
+        except NotProved as exc:
             raise NotaryError(f"receipt {effect_id}: {exc}") from exc
-        if receipt.to_dict() != shown["receipt"]:
-            raise NotaryError(f"receipt {effect_id}: the notary's fields differ from its entries")
         return ProvedReceipt(receipt, entries, checkpoint, note)
 
     def _observe(self, note: str) -> Checkpoint:
@@ -449,12 +447,9 @@ def _answer(method: str, path: str, response: httpx.Response) -> Any:
 def _entry(shown: Mapping[str, Any]) -> Entry:
     """An entry from its exact leaf bytes; the hash the notary states must be their hash."""
     try:
-        entry = entry_from_leaf(base64.b64decode(shown["leaf"], validate=True))
-    except (EntryError, ValueError, KeyError) as exc:
-        raise NotaryError(f"the notary sent an unreadable entry: {exc}") from exc
-    if entry.entry_hash.hex() != shown["entry_hash"] or entry.seq != shown["seq"]:
-        raise NotaryError(f"entry {shown.get('seq')}: stated hash or seq does not match its bytes")
-    return entry
+        return shown_entry(shown)
+    except NotProved as exc:
+        raise NotaryError(f"the notary sent {exc}") from exc
 
 
 def _entries(shown: list[Mapping[str, Any]]) -> list[Entry]:
@@ -479,31 +474,6 @@ def _verifiers(vkeys: Sequence[str]) -> list[Verifier]:
 def _unsigned(note: str) -> Checkpoint:
     """A remembered note's checkpoint (it was verified when it was accepted)."""
     return parse_checkpoint_text(note[: note.rindex("\n\n") + 1])
-
-
-def _check_proofs(
-    entries: list[Entry], proofs: Mapping[str, Any], note: str, checkpoint: Checkpoint
-) -> None:
-    """Every entry proved included in the checkpoint's tree, by a proof against that note."""
-    for entry in entries:
-        text = proofs.get(str(entry.seq))
-        if text is None and entry.seq >= checkpoint.size:
-            continue  # appended since the checkpoint: proved once a later one covers it
-        if text is None:
-            raise NotaryError(f"entry {entry.seq} has no proof against the checkpoint")
-        try:
-            proof = parse_tlog_proof(str(text))
-            if proof.signed_checkpoint != note or proof.index != entry.seq:
-                raise CheckpointError("the proof is for another entry or checkpoint")
-            verify_inclusion(
-                leaf_hash=leaf_hash(entry.leaf_bytes()),
-                index=entry.seq,
-                size=checkpoint.size,
-                proof=proof.hashes,
-                root=checkpoint.root,
-            )
-        except (CheckpointError, ProofError) as exc:
-            raise NotaryError(f"entry {entry.seq} is not proved in the checkpoint: {exc}") from exc
 
 
 def _load_state(path: Path | None) -> str | None:

@@ -1,9 +1,13 @@
 """Verify a receipts export offline: no Django, no network, only the export and trusted keys.
 
     python -m gate_client.verify EXPORT --vkey VKEY [--vkey VKEY ...]
-        [--witness VKEY ... [--witness-quorum K]] [--known-checkpoint FILE ...]
+        [--witness VKEY ... [--witness-quorum K]] [--known-checkpoint FILE ...] [--summary CSV]
+    python -m gate_client.verify RECEIPT.json --vkey VKEY [--witness VKEY ...]
 
-Six separate verdicts:
+RECEIPT.json is one receipt as GET /v1/effects/<id>/receipt serves it: its checkpoint must open
+under a trusted key (and carry the witnesses' cosignatures), every entry be proved in its tree,
+and every field re-derive from the entries (gate_client.proved). An export gets six separate
+verdicts:
 - authenticity: the export's checkpoint is signed by a key the auditor trusts (--vkey, given
   as many times as the notary has rotated keys), for the log the export names: a key is used
   under its own name only, which must be the log's origin (`GET /v1/logs/<origin>/vkey`), so
@@ -23,7 +27,8 @@ Six separate verdicts:
   it: the same size has the same root, a larger one means the export's log was rolled back, and
   a smaller one must be the root of the export's first entries (which the export carries in
   full, every one proved in its tree, so the check needs no proof from the notary);
-- outcomes: how many receipts ended in each final state.
+- outcomes: how many receipts ended in each final state (with --summary, also as CSV: counts
+  and money per month, target, final state and currency).
 It exits 0 when all but the last hold, and 1 naming the first bad line and receipt otherwise."""
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import csv
 import json
 import os
 import stat
@@ -43,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import (
     Checkpoint,
@@ -71,6 +78,38 @@ class Failure(Exception):
 
 
 @dataclass
+class Summary:
+    """An auditor's totals of the receipts verified: how many, and how much money, per month
+    the effect was proposed in, target, final state and currency. The amount is the proposed
+    payload's `amount_cents` (or `amount`, as Stripe writes it), in minor units, of its
+    `currency` (blank when the payload names none); a payload with neither amount counts with
+    no amount."""
+
+    rows: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # -> receipts
+    amounts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+
+    def add(self, final_state: str, proposed: Entry) -> None:
+        body = proposed.body_value()
+        payload = body["payload"] if isinstance(body.get("payload"), dict) else {}
+        amount = payload.get("amount_cents", payload.get("amount"))
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            amount = None
+        currency = str(payload.get("currency", "")).upper() if amount is not None else ""
+        month = proposed.created_at.strftime("%Y-%m")
+        key = (month, str(body.get("target", "")), final_state, currency)
+        self.rows[key] += 1
+        if amount is not None:
+            self.amounts[key] += amount
+
+    def write_csv(self, out: IO[str]) -> None:
+        writer = csv.writer(out)
+        writer.writerow(["month", "target", "final_state", "currency", "receipts", "amount"])
+        for key in sorted(self.rows):
+            amount = str(self.amounts[key]) if key in self.amounts else ""
+            writer.writerow([*key, self.rows[key], amount])
+
+
+@dataclass
 class Report:
     origin: str = ""
     size: int = 0
@@ -81,6 +120,7 @@ class Report:
     outcomes: Counter[str] = field(default_factory=Counter)
     known: int = 0  # known checkpoints the export's tree was found consistent with
     cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
+    summary: Summary = field(default_factory=lambda: Summary())
 
 
 @dataclass(frozen=True)
@@ -254,9 +294,10 @@ def _count_line(record: dict[str, Any], where: str, state: _Walk, report: Report
     must count the lines before it and ends the export."""
     kind = record.get("type")
     if kind == "receipt":
-        final_state = state.receipt(record, where)
+        final_state, proposed = state.receipt(record, where)
         report.receipts += 1
         report.outcomes[final_state] += 1
+        report.summary.add(final_state, proposed)
     elif kind == "entry":
         state.entry(record, where)
         report.entries += 1
@@ -289,7 +330,8 @@ class _Walk:
         self.loose: dict[str, list[Entry]] = {}
         self.out_of_time: set[str] = set()
 
-    def receipt(self, record: dict[str, Any], where: str) -> str:
+    def receipt(self, record: dict[str, Any], where: str) -> tuple[str, Entry]:
+        """The receipt line checked: its final state and its effect's PROPOSED entry."""
         effect_id = record.get("effect_id")
         if not isinstance(effect_id, str) or not isinstance(record.get("entries"), list):
             raise Failure("integrity", where, "a receipt line needs effect_id and entries")
@@ -323,7 +365,7 @@ class _Walk:
             raise Failure(
                 "integrity", where, f"{', '.join(differing)} do not follow from its entries"
             )
-        return str(derived["final_state"])
+        return str(derived["final_state"]), proposed
 
     def entry(self, record: dict[str, Any], where: str) -> None:
         entry = self._proved(record, where)
@@ -545,8 +587,45 @@ def _record(raw: bytes, where: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        trusted = [parse_vkey(vkey) for vkey in args.vkey]
+    except NoteError as exc:
+        parser.error(f"--vkey: {exc}")
+    try:
+        witnesses = WitnessPolicy.of(args.witness, args.witness_quorum)
+    except CosignatureError as exc:
+        parser.error(f"--witness: {exc}")
+    served = _served_receipt(args.export)
+    if served is not None:
+        if args.known_checkpoint or args.summary:
+            parser.error("--known-checkpoint and --summary are for exports, not one receipt")
+        return _check_one_receipt(served, trusted, witnesses)
+    known = _known_checkpoints(parser, args.known_checkpoint)
+    with args.export.open("rb") as export:
+        try:
+            with _Progress(export) as lines:
+                report = verify_export(lines, trusted, known=known, witnesses=witnesses)
+        except Failure as failure:
+            _print_failure(failure, witnesses)
+            return 1
+    _print_report(report, witnesses)
+    if args.summary is not None:
+        with args.summary.open("w", newline="", encoding="utf-8") as out:
+            report.summary.write_csv(out)
+        print(f"summary: {len(report.summary.rows):,} rows written to {args.summary}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gate_client.verify", description=__doc__)
-    parser.add_argument("export", type=Path, help="a receipts export (JSON Lines)")
+    parser.add_argument(
+        "export",
+        type=Path,
+        help="a receipts export (JSON Lines), or one receipt as GET /v1/effects/<id>/receipt "
+        "serves it (JSON)",
+    )
     parser.add_argument(
         "--vkey",
         action="append",
@@ -575,32 +654,73 @@ def main(argv: list[str] | None = None) -> int:
         help="a signed checkpoint of the log seen before (repeatable): the export's tree must "
         "extend it, or the log was rolled back or forked",
     )
-    args = parser.parse_args(argv)
-    try:
-        trusted = [parse_vkey(vkey) for vkey in args.vkey]
-    except NoteError as exc:
-        parser.error(f"--vkey: {exc}")
-    try:
-        witnesses = WitnessPolicy.of(args.witness, args.witness_quorum)
-    except CosignatureError as exc:
-        parser.error(f"--witness: {exc}")
-    known = _known_checkpoints(parser, args.known_checkpoint)
-    with args.export.open("rb") as export:
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        metavar="CSV",
+        help="once verified, write the receipts' counts and money per month, target, final "
+        "state and currency to this CSV file",
+    )
+    return parser
+
+
+def _served_receipt(path: Path) -> dict[str, Any] | None:
+    """The file as one served receipt (a JSON object with `receipt` and `entries`), or None
+    for an export, whose first line is its header."""
+    with path.open("rb") as given:
+        first = given.readline()
         try:
-            with _Progress(export) as lines:
-                report = verify_export(lines, trusted, known=known, witnesses=witnesses)
-        except Failure as failure:
-            for verdict in VERDICTS:
-                if verdict == failure.verdict:
-                    print(f"{verdict}: FAIL at {failure.where}: {failure.detail}")
-                elif verdict == "authenticity":
-                    print("authenticity: OK  checkpoint signed by a trusted key")
-                elif verdict == "witnesses" and failure.verdict != "authenticity":
-                    # Checked right after authenticity: any later failure means it held.
-                    print(f"witnesses: {_witnessed(witnesses)}")
-                else:
-                    print(f"{verdict}: not decided: verification stops at the first failure")
-            return 1
+            header = json.loads(first)
+        except ValueError:
+            header = None
+        if isinstance(header, dict) and header.get("type") == "header":
+            return None
+        try:
+            whole = json.loads(first + given.read(_MAX_RECEIPT_BYTES))
+        except ValueError:
+            return None
+    return whole if isinstance(whole, dict) and "receipt" in whole else None
+
+
+_MAX_RECEIPT_BYTES = 64 * 1024 * 1024  # far beyond any one receipt's entries
+
+
+def _check_one_receipt(
+    served: dict[str, Any], trusted: list[Verifier], witnesses: WitnessPolicy
+) -> int:
+    try:
+        checked = check_served_receipt(served, trusted, witnesses=witnesses)
+    except NotProved as exc:
+        print(f"receipt: FAIL  {exc}")
+        return 1
+    receipt, checkpoint = checked.receipt, checked.checkpoint
+    print(
+        f"receipt: OK  {receipt.effect_id} {receipt.final_state}, re-derived from its "
+        f"{len(checked.entries)} entries, each proved in the tree"
+    )
+    print(f"authenticity: OK  checkpoint of {checkpoint.origin} at size {checkpoint.size}")
+    if witnesses.witnesses:
+        names = ", ".join(sorted(checked.cosigned_by))
+        print(f"witnesses: OK  cosigned by {names}, {witnesses.quorum} required")
+    else:
+        print("witnesses: not checked: no --witness given")
+    return 0
+
+
+def _print_failure(failure: Failure, witnesses: WitnessPolicy) -> None:
+    for verdict in VERDICTS:
+        if verdict == failure.verdict:
+            print(f"{verdict}: FAIL at {failure.where}: {failure.detail}")
+        elif verdict == "authenticity":
+            print("authenticity: OK  checkpoint signed by a trusted key")
+        elif verdict == "witnesses" and failure.verdict != "authenticity":
+            # Checked right after authenticity: any later failure means it held.
+            print(f"witnesses: {_witnessed(witnesses)}")
+        else:
+            print(f"{verdict}: not decided: verification stops at the first failure")
+
+
+def _print_report(report: Report, witnesses: WitnessPolicy) -> None:
     print(f"authenticity: OK  checkpoint of {report.origin} at size {report.size}, trusted key")
     print(f"witnesses: {_witnessed(witnesses, report)}")
     print(
@@ -616,7 +736,6 @@ def main(argv: list[str] | None = None) -> int:
     print("outcomes:")
     for state, count in sorted(report.outcomes.items()):
         print(f"  {state:<34} {count:>8,}")
-    return 0
 
 
 class _Progress:
