@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
-import csv
 import json
 import os
 import stat
@@ -51,6 +50,7 @@ from typing import IO, Any
 
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
+from gate_client.summary import Summary
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -75,38 +75,6 @@ class Failure(Exception):
         self.verdict = verdict
         self.where = where
         self.detail = detail
-
-
-@dataclass
-class Summary:
-    """An auditor's totals of the receipts verified: how many, and how much money, per month
-    the effect was proposed in, target, final state and currency. The amount is the proposed
-    payload's `amount_cents` (or `amount`, as Stripe writes it), in minor units, of its
-    `currency` (blank when the payload names none); a payload with neither amount counts with
-    no amount."""
-
-    rows: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # -> receipts
-    amounts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
-
-    def add(self, final_state: str, proposed: Entry) -> None:
-        body = proposed.body_value()
-        payload = body["payload"] if isinstance(body.get("payload"), dict) else {}
-        amount = payload.get("amount_cents", payload.get("amount"))
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            amount = None
-        currency = str(payload.get("currency", "")).upper() if amount is not None else ""
-        month = proposed.created_at.strftime("%Y-%m")
-        key = (month, str(body.get("target", "")), final_state, currency)
-        self.rows[key] += 1
-        if amount is not None:
-            self.amounts[key] += amount
-
-    def write_csv(self, out: IO[str]) -> None:
-        writer = csv.writer(out)
-        writer.writerow(["month", "target", "final_state", "currency", "receipts", "amount"])
-        for key in sorted(self.rows):
-            amount = str(self.amounts[key]) if key in self.amounts else ""
-            writer.writerow([*key, self.rows[key], amount])
 
 
 @dataclass

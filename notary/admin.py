@@ -212,7 +212,7 @@ class TenantAdmin(ReadOnlyAdmin):
     ]
     _POLICY = ("max_lease_amount_cents", "max_lease_duration")
     form = TenantPolicyForm
-    actions = ["export_receipts"]
+    actions = ["export_receipts", "receipts_summary"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("notary.change_tenant")
@@ -250,6 +250,23 @@ class TenantAdmin(ReadOnlyAdmin):
             itertools.chain([first], lines), content_type="application/x-ndjson"
         )
         response["Content-Disposition"] = f'attachment; filename="receipts-{tenant.slug}.jsonl"'
+        return response
+
+    @admin.action(
+        description="Download the receipts summary (CSV, for finance)", permissions=["view"]
+    )
+    def receipts_summary(
+        self, request: HttpRequest, queryset: QuerySet[Tenant]
+    ) -> HttpResponse | None:
+        """Receipts and money per month, target, final state and currency, for one tenant:
+        the table `python -m gate_client.verify EXPORT --summary` gives for its export."""
+        if queryset.count() != 1:
+            messages.error(request, "Choose one tenant: a summary covers one log.")
+            return None
+        tenant = queryset.select_related("log").get()
+        response = HttpResponse(content_type="text/csv; charset=utf-8")
+        selectors.receipt_summary(tenant=tenant).write_csv(response)
+        response["Content-Disposition"] = f'attachment; filename="summary-{tenant.slug}.csv"'
         return response
 
 

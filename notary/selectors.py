@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import itertools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ from django.db.models import Q, QuerySet
 
 from gate_client.protocol import Intent, Negative, evidence_answer
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
+from gate_client.summary import Summary
 from gate_client.targets import Found
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
@@ -121,6 +123,19 @@ def effect_receipt(*, tenant: Tenant, effect_id: str, payload_hash: str | None) 
         checkpoint=checkpoint.published_note if checkpoint is not None else None,
         proofs=proofs,
     )
+
+
+def receipt_summary(*, tenant: Tenant, chunk_size: int = 2000) -> Summary:
+    """The tenant's effects counted as an auditor's summary: by the state the effects table
+    holds (which verify_ledger checks against the ledger) and the PROPOSED entry's payload."""
+    summary = Summary()
+    rows = Effect.objects.filter(tenant=tenant).order_by("proposed_seq")
+    pairs = rows.values_list("state", "proposed_seq").iterator(chunk_size=chunk_size)
+    while chunk := list(itertools.islice(pairs, chunk_size)):
+        proposed = {e.seq: e for e in entries_at(log=tenant.log, seqs=[seq for _, seq in chunk])}
+        for state, seq in chunk:
+            summary.add(state, proposed[seq])
+    return summary
 
 
 def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -99,6 +100,29 @@ def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
     )
     time.sleep(0.005)  # past the 1 ms in-flight window
     return proposal.effect_id
+
+
+def settled(
+    tenant: Tenant, case_id: str, target: str, payload: Mapping[str, Any], outcome: str
+) -> str:
+    """An effect of `payload` under a new lease, proposed, dispatched and ended in `outcome`
+    (COMMITTED or AMBIGUOUS) as the gate would record it; its id."""
+    lease = leased(tenant, case_id, "refund")
+    proposal = Proposal(
+        case_id, target, "refund", dict(payload), lease.lease_id, tenant=tenant.slug
+    )
+    effect_id = proposal.effect_id
+    services.effect_propose(tenant=tenant, effect_id=effect_id, proposal=proposal.proposed_body([]))
+    services.effect_dispatch(
+        tenant=tenant, effect_id=effect_id, attempt=1, premises=[], recovery=False
+    )
+    body = (
+        {"state": outcome, "attempt": 1, "result_ref": f"re_{case_id}", "recheck": None}
+        if outcome == "COMMITTED"
+        else {}
+    )
+    services.effect_record_outcome(tenant=tenant, effect_id=effect_id, kind=outcome, body=body)
+    return effect_id
 
 
 def token_for(tenant: Tenant, role: str, holder: str, *, targets: Sequence[str] = ()) -> str:

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from gate_client.proposal import Proposal
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.cosignature import CosignerKey
@@ -23,7 +22,7 @@ from ledger.core.note import Signer
 from notary import services
 from notary.exports import export_receipts
 from notary.models import Tenant
-from testkit.factories import client_for, dispatched, leased, register
+from testkit.factories import client_for, dispatched, register, settled
 
 pytestmark = pytest.mark.django_db
 
@@ -146,22 +145,7 @@ def test_the_summary_counts_receipts_and_money_per_month_target_state_and_curren
         ("case-4", {"payment": "pi_4", "amount_cents": 4000, "currency": "usd"}, "AMBIGUOUS"),
     ]
     for case_id, payload, outcome in payloads:
-        lease = leased(acme, case_id, "refund")
-        proposal = Proposal(case_id, "payments", "refund", payload, lease.lease_id, tenant="acme")
-        effect_id = proposal.effect_id
-        services.effect_propose(
-            tenant=acme, effect_id=effect_id, proposal=proposal.proposed_body([])
-        )
-        services.effect_dispatch(
-            tenant=acme, effect_id=effect_id, attempt=1, premises=[], recovery=False
-        )
-        body = {"state": outcome, "attempt": 1, "result_ref": "re_1", "recheck": None}
-        services.effect_record_outcome(
-            tenant=acme,
-            effect_id=effect_id,
-            kind=outcome,
-            body=body if outcome != "AMBIGUOUS" else {},
-        )
+        settled(acme, case_id, "payments", payload, outcome)
     committed(acme, "case-9")  # an email: no amount
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)
     export = tmp_path / "export.jsonl"
