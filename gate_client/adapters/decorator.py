@@ -9,6 +9,11 @@ Calling again for the same case does not call the function again: it returns the
 A function that can dedupe declares a parameter named ``effect_id``: the gate fills it (pass it
 on as the idempotency key) and the function may then be declared tier 1. A ``lookup`` makes it
 tier 2. Otherwise it is tier 3: after a crash in the call, nobody resends and a person decides.
+The declaration follows from the tier: only tier 1 has a key window, a tier-3 function has no
+lookup, and arguments that say otherwise are a TypeError. A function with a lookup gives
+``max_inflight`` (how long a call may still be running), since its "not found" counts after it.
+The default target name is the function's module and qualified name in the notary's alphabet
+(`default_target_name`).
 
     functions = GatedFunctions(LocalJournal("var/journal"))
 
@@ -20,8 +25,10 @@ tier 2. Otherwise it is tier 3: after a crash in the call, nobody resends and a 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import json
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +60,13 @@ P = ParamSpec("P")
 R = TypeVar("R")
 EFFECT_ID_PARAMETER = "effect_id"
 FromArguments = Callable[..., str]
+# How long another process waits for a call still in progress before it decides, when nothing
+# counts the call's silence (no lookup): a resend under a key goes at once, tier 3 is AMBIGUOUS.
+DEFAULT_MAX_INFLIGHT = timedelta(seconds=30)
+# The notary's target names (notary.services._TARGET_NAME): 1-63 of a-z, 0-9, '_' and '-',
+# starting and ending with a letter or digit.
+MAX_TARGET_NAME = 63
+_OUTSIDE_NAME = re.compile(r"[^a-z0-9_-]+")
 
 
 @dataclass
@@ -76,6 +90,24 @@ class FunctionTarget:
     errors: dict[str, BaseException] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """The declaration follows from the tier: what contradicts it is a TypeError."""
+        called = getattr(self.function, "__name__", self.name)
+        if self.tier == Tier.DEDUPES and not self.takes_effect_id:
+            raise TypeError(f"tier 1 needs {called}({EFFECT_ID_PARAMETER}=...)")
+        if self.tier == Tier.LOOKUP and self.find is None:
+            raise TypeError("tier 2 needs a lookup")
+        if self.tier == Tier.NEITHER and self.find is not None:
+            raise TypeError(
+                f"tier 3 is a target that cannot be looked up: {called} cannot have a lookup "
+                "(a lookup makes it tier 2)"
+            )
+        if self.key_window is not None and self.tier != Tier.DEDUPES:
+            raise TypeError(
+                f"only a tier-1 target dedupes on a key, so only it has a key window: tier "
+                f"{int(self.tier)} cannot have key_window={self.key_window}"
+            )
+        if self.max_inflight <= timedelta(0):
+            raise ValueError("max_inflight must be positive")
         self.queryable = self.find is not None
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
@@ -141,33 +173,38 @@ class GatedFunctions:
         tier: Tier | None = None,
         lookup: Callable[..., Any] | None = None,
         key_window: timedelta | None = None,
-        max_inflight: timedelta = timedelta(seconds=30),
+        max_inflight: timedelta | None = None,
         fails_on: tuple[type[BaseException], ...] = (),
     ) -> Callable[[Callable[P, R]], Callable[..., R]]:
         """`case_id`, `lease_id` and `premises` take the call's arguments by name. `lookup`
         takes them too and returns what the function would have returned, or None if it never
         acted. Exceptions in `fails_on` mean it refused for good (FAILED); any other means it
         may have acted. `tier` defaults to what the function offers: 1 if it takes an
-        ``effect_id``, else 2 with a lookup, else 3. The gated function is called without its
+        ``effect_id``, else 2 with a lookup, else 3; a `key_window` is tier 1's alone, and a
+        tier-3 function has no lookup. `max_inflight` is how long a call may still be running:
+        required with a lookup, whose "not found" counts only after it (nothing else can tell
+        how long a plain function runs); else `DEFAULT_MAX_INFLIGHT`. `target` defaults to
+        `default_target_name(function)`. The gated function is called without its
         ``effect_id`` (the gate passes it), which no ParamSpec can say: it takes ``...``."""
 
         def decorate(function: Callable[P, R]) -> Callable[..., R]:
             signature = inspect.signature(function)
             takes_id = EFFECT_ID_PARAMETER in signature.parameters
             chosen = tier or (Tier.DEDUPES if takes_id else Tier.LOOKUP if lookup else Tier.NEITHER)
-            if chosen == Tier.DEDUPES and not takes_id:
-                raise TypeError(f"tier 1 needs {function.__name__}({EFFECT_ID_PARAMETER}=...)")
-            if chosen == Tier.LOOKUP and lookup is None:
-                raise TypeError("tier 2 needs a lookup")
-            name = target or f"{function.__module__}.{function.__qualname__}"
+            if lookup is not None and max_inflight is None:
+                raise TypeError(
+                    f'{function.__name__} has a lookup, whose "not found" counts once '
+                    "max_inflight has passed: give max_inflight=, the longest a call may run"
+                )
+            name = target or default_target_name(function)
             if name in self._targets:
                 raise ValueError(f"a gated function is already named {name!r}")
             self._targets[name] = FunctionTarget(
                 name=name,
                 function=function,
-                tier=chosen,
+                tier=Tier(chosen),
                 key_window=key_window,
-                max_inflight=max_inflight,
+                max_inflight=DEFAULT_MAX_INFLIGHT if max_inflight is None else max_inflight,
                 fails_on=fails_on,
                 find=lookup,
                 takes_effect_id=takes_id,
@@ -238,6 +275,24 @@ class GatedFunctions:
     def _premises_for(self, proposed: Mapping[str, Any]) -> Sequence[Premise]:
         spec = self._specs[proposed["target"]]
         return tuple(spec.premises(**proposed["payload"]))
+
+
+def default_target_name(function: Callable[..., Any]) -> str:
+    """``module-qualname`` as a name the notary takes: lowercased, each dotted part stripped of
+    what its alphabet lacks (``__main__`` is ``main``, ``<locals>`` goes), the parts joined by
+    '-'. A longer one keeps its last characters and a digest of the whole, so it stays unique."""
+    dotted = f"{function.__module__}.{function.__qualname__}"
+    parts = [
+        _OUTSIDE_NAME.sub("-", part.lower()).strip("_-")
+        for part in dotted.split(".")
+        if part != "<locals>"
+    ]
+    name = "-".join(part for part in parts if part)
+    if name and len(name) <= MAX_TARGET_NAME:
+        return name
+    digest = hashlib.sha256(dotted.encode()).hexdigest()[:8]
+    tail = name[-(MAX_TARGET_NAME - len(digest) - 1) :].lstrip("_-")
+    return f"{tail}-{digest}" if tail else f"gated-{digest}"
 
 
 def _as_result_ref(result: Any) -> str:

@@ -6,19 +6,30 @@ again by listing its payment's refunds (the lookup) and so Stripe's refund webho
 effect for the notary. Against Stripe itself the target is tier 1 with a lookup. A stand-in that
 ignores Idempotency-Key (localstripe) must be declared tier 2: the lookup alone keeps it at once.
 
+The declaration follows from the tier and the client. Tier 1 has Stripe's 24 h key window and
+the lookup; tier 2 has the lookup and no key window; tier 3 neither. Arguments that contradict
+the tier are a TypeError, and so is a client that retries by itself (``max_network_retries``)
+for a peer the tier says does not dedupe: the SDK would resend behind the gate's back.
+``max_inflight`` is derived from the client: every attempt's connect and read timeouts, the
+SDK's backoff between attempts, and `INFLIGHT_MARGIN` (see `client_request_bound`).
+
 The payload is ``{"payment_intent": "pi_...", "amount": <cents>}``, with optional ``"reason"``
-and ``"metadata"``. Configure the client with ``max_network_retries=0`` unless the peer honours
-keys: the SDK's own retries would resend behind the gate's back."""
+and ``"metadata"``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import stripe
 
+from gate_client.adapters.declarations import (
+    FROM_TIER,
+    INFLIGHT_MARGIN,
+    Derived,
+    key_window_for,
+)
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import PremisesFor
 from gate_client.ids import effect_id_for
@@ -36,24 +47,70 @@ from gate_client.targets import (
 )
 
 METADATA_KEY = "interlock_effect_id"
+DEFAULT_NAME = "stripe_refunds"  # a name the notary takes (notary.services._TARGET_NAME)
 STRIPE_KEY_WINDOW = timedelta(hours=24)
 # Refunds that took money back, or will: a failed or canceled one returned nothing.
 _LIVE_STATUSES = frozenset({"succeeded", "pending", "requires_action"})
-# The SDK's default request timeout; a request may be in flight that long.
-_SDK_TIMEOUT = timedelta(seconds=80)
 
 
-@dataclass
 class StripeRefunds:
-    client: stripe.StripeClient
-    name: str = "stripe_refunds"
-    tier: Tier = Tier.DEDUPES
-    queryable: bool = True
-    key_window: timedelta | None = STRIPE_KEY_WINDOW
-    max_inflight: timedelta = _SDK_TIMEOUT
-    evidence_window: timedelta | None = None
-    attests_before_acting: bool = False
-    lookup_needs_key: bool = False
+    """The refund target. `client` is the SDK's `StripeClient`; everything the gate relies on
+    is derived from it and from `tier` unless given, and checked against them when given."""
+
+    name: str
+    tier: Tier
+    queryable: bool
+    key_window: timedelta | None
+    max_inflight: timedelta
+    evidence_window: timedelta | None
+    attests_before_acting: bool  # Stripe acts without attesting to the notary first
+    lookup_needs_key: bool  # the lookup lists refunds by metadata: no key involved
+
+    def __init__(
+        self,
+        client: stripe.StripeClient,
+        *,
+        name: str = DEFAULT_NAME,
+        tier: Tier = Tier.DEDUPES,
+        queryable: bool | None = None,
+        key_window: timedelta | Derived | None = FROM_TIER,
+        max_inflight: timedelta | None = None,
+        evidence_window: timedelta | None = None,
+    ) -> None:
+        """`queryable` and `key_window` default to what `tier` says (tier 1: queryable, Stripe's
+        24 h; tier 2: queryable, none; tier 3: neither). `max_inflight` defaults to
+        `client_request_bound(client)` plus `INFLIGHT_MARGIN`; give it for a client whose
+        timeouts the SDK does not expose (a TypeError says so). `evidence_window`: the notary
+        holds the refund webhooks."""
+        self.client = client
+        self.name = name
+        self.tier = Tier(tier)
+        self.queryable = _queryable(self.tier, queryable)
+        self.key_window = key_window_for(
+            self.tier, key_window, provider="Stripe", window=STRIPE_KEY_WINDOW
+        )
+        retries = _max_network_retries(client)
+        if retries and self.tier != Tier.DEDUPES:
+            raise TypeError(
+                f"tier {int(self.tier)} says the peer does not dedupe on the key, but the client "
+                f"retries by itself (max_network_retries={retries}): the SDK would resend behind "
+                "the gate's back. Give the client max_network_retries=0"
+            )
+        if max_inflight is None:
+            max_inflight = client_request_bound(client) + INFLIGHT_MARGIN
+        elif max_inflight <= timedelta(0):
+            raise ValueError("max_inflight must be positive")
+        self.max_inflight = max_inflight
+        self.evidence_window = evidence_window
+        self.attests_before_acting = False
+        self.lookup_needs_key = False
+
+    def __repr__(self) -> str:
+        return (
+            f"StripeRefunds(name={self.name!r}, tier={self.tier!r}, queryable={self.queryable}, "
+            f"key_window={self.key_window!r}, max_inflight={self.max_inflight!r}, "
+            f"evidence_window={self.evidence_window!r})"
+        )
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         params: dict[str, Any] = {
@@ -96,6 +153,44 @@ class StripeRefunds:
         except stripe.StripeError as error:
             return Unknown(f"{type(error).__name__}: {error.user_message}")
         return NotFound()
+
+
+def client_request_bound(client: stripe.StripeClient) -> timedelta:
+    """The longest `client` holds one call: each of its 1 + ``max_network_retries`` attempts
+    for its connect and its read timeout, and the SDK's backoff before each retry.
+
+    `StripeClient` has no public accessor for either. It keeps them where its requests read
+    them: the HTTP client at ``client._requestor._client`` (`stripe.RequestsClient` by default;
+    requests takes its ``_timeout`` as connect and read timeout, or a (connect, read) pair),
+    and ``max_network_retries`` in ``client._requestor._options`` (None is no retry:
+    `HTTPClient._should_retry`). The sleep before retry n is at most
+    ``max(INITIAL_DELAY, min(INITIAL_DELAY * 2 ** (n - 1), MAX_DELAY))`` of `stripe.HTTPClient`
+    (`_sleep_time_seconds`; its jitter only shortens it). Any other HTTP client, or a timeout
+    that bounds nothing, is a TypeError: then give the target ``max_inflight``."""
+    http_client = getattr(getattr(client, "_requestor", None), "_client", None)
+    if not isinstance(http_client, stripe.RequestsClient):
+        raise TypeError(
+            f"the Stripe client's HTTP client ({type(http_client).__name__}) has no timeout "
+            "the SDK exposes, so how long a refund request may be in flight cannot be derived: "
+            "give max_inflight= (at least every attempt's connect and read timeouts, plus the "
+            "backoff between attempts)"
+        )
+    connect, read = _requests_timeouts(http_client._timeout, "the Stripe client's")
+    retries = _max_network_retries(client)
+    if retries is None:
+        raise TypeError(
+            "the Stripe client keeps its max_network_retries elsewhere than this SDK did "
+            "(client._requestor._options), so how long a refund request may be in flight "
+            "cannot be derived: give max_inflight="
+        )
+    backoff = sum(
+        max(
+            stripe.HTTPClient.INITIAL_DELAY,
+            min(stripe.HTTPClient.INITIAL_DELAY * 2 ** (n - 1), stripe.HTTPClient.MAX_DELAY),
+        )
+        for n in range(1, retries + 1)
+    )
+    return timedelta(seconds=(1 + retries) * (connect + read) + backoff)
 
 
 def payment_can_refund(
@@ -148,3 +243,40 @@ def _refunds_of(client: stripe.StripeClient, payment_intent: str) -> Iterator[st
 def _effect_of(refund: stripe.Refund) -> str | None:
     effect_id = refund.metadata.to_dict().get(METADATA_KEY) if refund.metadata else None
     return effect_id if isinstance(effect_id, str) else None
+
+
+def _max_network_retries(client: stripe.StripeClient) -> int | None:
+    """The client's own retries (None there: none); None if this SDK keeps them elsewhere."""
+    options = getattr(getattr(client, "_requestor", None), "_options", None)
+    retries = getattr(options, "max_network_retries", "missing")
+    if retries is None:
+        return 0
+    return retries if isinstance(retries, int) else None
+
+
+def _requests_timeouts(timeout: object, whose: str) -> tuple[float, float]:
+    """(connect, read) of a requests ``timeout``: one number is both, a pair is each."""
+    parts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    if len(parts) == 2 and all(_is_seconds(part) for part in parts):
+        return float(parts[0]), float(parts[1])
+    raise TypeError(
+        f"{whose} timeout {timeout!r} does not bound a request (None waits for ever): give "
+        "the HTTP client a timeout in seconds, or the target max_inflight="
+    )
+
+
+def _is_seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _queryable(tier: Tier, queryable: bool | None) -> bool:
+    if queryable is None:
+        return tier != Tier.NEITHER
+    if tier == Tier.LOOKUP and not queryable:
+        raise TypeError("tier 2 is a target that can be looked up: it cannot be queryable=False")
+    if tier == Tier.NEITHER and queryable:
+        raise TypeError(
+            "tier 3 is a target that can neither dedupe nor be looked up: it cannot be "
+            "queryable=True (a target that can be looked up is tier 2)"
+        )
+    return queryable

@@ -212,3 +212,43 @@ def test_a_process_killed_after_the_function_returned_is_recovered_by_tier(
     assert restarted.returncode == 0, restarted.stderr
     assert json.loads(restarted.stdout) == [state]
     assert len(Payments(tmp_path / "payments.jsonl").acts()) == 1
+
+
+def test_the_declaration_follows_from_the_tier(
+    functions: GatedFunctions, payments: Payments
+) -> None:
+    """A tier-3 function cannot be looked up and has no key window; only tier 1 has one."""
+
+    def find(order: str) -> None:
+        return None
+
+    def plain(order: str) -> None:
+        payments.refund(order, 1)
+
+    def keyed(order: str, effect_id: str) -> None:
+        payments.refund(order, 1, key=effect_id)
+
+    second = timedelta(seconds=1)
+    with pytest.raises(TypeError, match=r"tier 3 .* cannot have a lookup"):
+        functions.gated(
+            case_id=case, lease_id=lease, tier=Tier.NEITHER, lookup=find, max_inflight=second
+        )(plain)
+    for tier in (Tier.NEITHER, Tier.LOOKUP):
+        with pytest.raises(TypeError, match=f"tier {int(tier)} cannot have key_window"):
+            functions.gated(
+                case_id=case,
+                lease_id=lease,
+                tier=tier,
+                lookup=find if tier == Tier.LOOKUP else None,
+                key_window=timedelta(hours=1),
+                max_inflight=second,
+            )(plain)
+    with pytest.raises(TypeError, match="give max_inflight="):  # a lookup counts after it
+        functions.gated(case_id=case, lease_id=lease, lookup=find)(plain)
+    functions.gated(case_id=case, lease_id=lease, target="tier3", tier=Tier.NEITHER)(keyed)
+    tier3 = functions.gate.targets["tier3"]
+    assert (tier3.tier, tier3.queryable, tier3.key_window) == (Tier.NEITHER, False, None)
+    functions.gated(case_id=case, lease_id=lease, target="tier1", key_window=second)(keyed)
+    tier1 = functions.gate.targets["tier1"]
+    assert (tier1.tier, tier1.queryable, tier1.key_window) == (Tier.DEDUPES, False, second)
+    assert functions.journal.unsettled() == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,8 +18,11 @@ import stripe
 from stripe.params import RefundCreateParams
 
 from gate_client.adapters.stripe_refunds import (
+    INFLIGHT_MARGIN,
     METADATA_KEY,
+    STRIPE_KEY_WINDOW,
     StripeRefunds,
+    client_request_bound,
     payment_can_refund,
     refund_premises,
 )
@@ -25,12 +30,14 @@ from gate_client.faults import CrashPoint
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
-from gate_client.targets import FailedDefinitively, Found, NotFound, Sent, Tier, Unknown
+from gate_client.protocol import Mode, TargetDeclaration, asking_mode
+from gate_client.targets import FailedDefinitively, Found, InDoubt, NotFound, Sent, Tier, Unknown
 from testkit.agents import refund_agent
 from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
 from testkit.processes import spawn_armed
 
 AGENT = "testkit.agents.refund_agent"
+SilentPeer = tuple[str, list[socket.socket]]  # conftest's silent_peer: its URL, its connections
 PAYMENT_CENTS = 10_000
 REFUND_CENTS = 2_000
 
@@ -237,3 +244,101 @@ def test_a_refund_made_before_its_lease_was_revoked_is_found_not_refused(
     assert (exit_code, receipt["final_state"]) == (-9, "COMMITTED_ON_QUERY")
     assert receipt["authorized_when_fired"] is True
     assert len(refunds_of(client, payment)) == 1
+
+
+# --- the declaration follows from the client and the tier ---------------------------------------
+
+
+def client_for(url: str, timeout: float | tuple[float, float], retries: int) -> stripe.StripeClient:
+    return stripe.StripeClient(
+        "sk_test_interlock",
+        base_addresses={"api": url},
+        max_network_retries=retries,
+        http_client=stripe.RequestsClient(timeout=timeout),
+    )
+
+
+def test_max_inflight_follows_the_clients_timeout_and_retries(localstripe_url: str) -> None:
+    """Every attempt may take its connect and its read timeout, and the SDK sleeps between
+    attempts (0.5 s, 1 s, 2 s, 4 s, then 5 s each: INITIAL_DELAY doubling up to MAX_DELAY)."""
+    one_try = StripeRefunds(stripe_client(localstripe_url, timeout_seconds=3), tier=Tier.LOOKUP)
+    assert one_try.max_inflight == timedelta(seconds=3 + 3) + INFLIGHT_MARGIN
+    pair = StripeRefunds(client_for(localstripe_url, (1, 4), retries=2))
+    assert pair.max_inflight == timedelta(seconds=3 * (1 + 4) + 0.5 + 1) + INFLIGHT_MARGIN
+    capped = StripeRefunds(client_for(localstripe_url, 2, retries=6))
+    backoff = 0.5 + 1 + 2 + 4 + 5 + 5
+    assert capped.max_inflight == timedelta(seconds=7 * (2 + 2) + backoff) + INFLIGHT_MARGIN
+    # The SDK's defaults: requests with 80 s each way, and (for a StripeClient) no retries.
+    default = StripeRefunds(stripe.StripeClient("sk_test_interlock"))
+    assert default.max_inflight == timedelta(seconds=160) + INFLIGHT_MARGIN
+    slow = StripeRefunds(client_for(localstripe_url, 120, retries=0), tier=Tier.LOOKUP)
+    assert slow.max_inflight > timedelta(seconds=240), "a fixed 80 s would end mid-request"
+    # What it derives is what the gate goes by.
+    assert TargetDeclaration.of(slow).max_inflight == slow.max_inflight
+
+
+def test_the_derived_bound_covers_a_request_that_never_answers(silent_peer: SilentPeer) -> None:
+    """Against a peer that never answers, the client gives up within its bound (three
+    attempts here), so no attempt is still in flight when max_inflight says none is."""
+    url, connections = silent_peer
+    target = StripeRefunds(client_for(url, 0.5, retries=2))
+    started = time.monotonic()
+    with pytest.raises(InDoubt):
+        target.send("eff_hang", {"payment_intent": "pi_hang", "amount": REFUND_CENTS})
+    took = timedelta(seconds=time.monotonic() - started)
+    assert len(connections) == 3, "the SDK's own retries are part of the request"
+    assert took <= client_request_bound(target.client) == target.max_inflight - INFLIGHT_MARGIN
+
+
+def test_a_client_whose_timeout_the_sdk_does_not_expose_needs_max_inflight(
+    localstripe_url: str, client: stripe.StripeClient, payment: str
+) -> None:
+    unbounded = stripe.StripeClient(
+        "sk_test_interlock",
+        base_addresses={"api": localstripe_url},
+        max_network_retries=0,
+        http_client=stripe.UrllibClient(),  # urllib with no timeout at all
+    )
+    with pytest.raises(TypeError, match=r"UrllibClient.*give max_inflight="):
+        StripeRefunds(unbounded, tier=Tier.LOOKUP)
+    target = StripeRefunds(unbounded, tier=Tier.LOOKUP, max_inflight=timedelta(minutes=5))
+    assert target.max_inflight == timedelta(minutes=5)
+    sent = target.send("eff_urllib", {"payment_intent": payment, "amount": REFUND_CENTS})
+    assert isinstance(sent, Sent) and len(refunds_of(client, payment)) == 1
+
+
+def test_the_declaration_follows_from_the_tier(client: stripe.StripeClient) -> None:
+    tier1, tier2, tier3 = (StripeRefunds(client, tier=tier) for tier in Tier)
+    assert (tier1.queryable, tier1.key_window) == (True, STRIPE_KEY_WINDOW)
+    assert (tier2.queryable, tier2.key_window) == (True, None)
+    assert (tier3.queryable, tier3.key_window) == (False, None)
+    assert asking_mode(TargetDeclaration.of(tier3)) == Mode.NOTHING_TO_ASK
+    assert not any(t.lookup_needs_key or t.attests_before_acting for t in (tier1, tier2, tier3))
+    assert StripeRefunds(client, queryable=False).queryable is False  # tier 1 without a lookup
+
+
+@pytest.mark.parametrize(
+    ("declared", "contradiction"),
+    [
+        ({"tier": Tier.NEITHER, "queryable": True}, "tier 3 .* cannot be queryable=True"),
+        ({"tier": Tier.NEITHER, "key_window": STRIPE_KEY_WINDOW}, "tier 3 cannot have key_win"),
+        ({"tier": Tier.LOOKUP, "key_window": STRIPE_KEY_WINDOW}, "tier 2 cannot have key_win"),
+        ({"tier": Tier.LOOKUP, "queryable": False}, "tier 2 .* cannot be queryable=False"),
+        ({"tier": Tier.DEDUPES, "key_window": None}, "key_window=None .* forgets a key"),
+    ],
+)
+def test_arguments_that_contradict_the_tier_are_refused(
+    client: stripe.StripeClient, declared: dict[str, object], contradiction: str
+) -> None:
+    with pytest.raises(TypeError, match=contradiction):
+        StripeRefunds(client, **declared)  # type: ignore[arg-type]
+
+
+def test_a_client_that_retries_by_itself_contradicts_a_tier_without_dedup(
+    localstripe_url: str,
+) -> None:
+    retrying = client_for(localstripe_url, 5, retries=2)
+    for tier in (Tier.LOOKUP, Tier.NEITHER):
+        with pytest.raises(TypeError, match="max_network_retries=2"):
+            StripeRefunds(retrying, tier=tier)
+    assert StripeRefunds(retrying).tier == Tier.DEDUPES  # Stripe replays them under the key

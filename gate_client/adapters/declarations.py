@@ -1,0 +1,45 @@
+"""What the provider adapters derive their declarations from, once: the tier decides whether a
+target has a key window, and the client's own bound on a request, plus a margin, its
+max_inflight (protocol.late_request)."""
+
+from __future__ import annotations
+
+import enum
+from datetime import timedelta
+from typing import Final
+
+from gate_client.targets import Tier
+
+# Beyond the client's own bound on a request: DNS, the moment between DISPATCHED and the
+# request, clocks apart, a provider finishing after the client gave up.
+INFLIGHT_MARGIN = timedelta(seconds=5)
+
+
+class _Derived(enum.Enum):
+    FROM_TIER = "from the tier"
+
+
+FROM_TIER: Final = _Derived.FROM_TIER  # the default: what the tier says
+Derived = _Derived
+
+
+def key_window_for(
+    tier: Tier, key_window: timedelta | _Derived | None, *, provider: str, window: timedelta
+) -> timedelta | None:
+    """The key window a target of `tier` has: `window` (the provider's) for tier 1 unless
+    given, none otherwise; a contradiction is a TypeError naming it."""
+    if isinstance(key_window, _Derived):
+        return window if tier == Tier.DEDUPES else None
+    if key_window is not None and tier != Tier.DEDUPES:
+        raise TypeError(
+            f"only a tier-1 target dedupes on a key, so only it has a key window: tier "
+            f"{int(tier)} cannot have key_window={key_window}"
+        )
+    if key_window is None and tier == Tier.DEDUPES:
+        raise TypeError(
+            f"tier 1 with key_window=None says the key dedupes for good, and {provider} forgets "
+            f"a key after {window}: give its window"
+        )
+    if key_window is not None and key_window <= timedelta(0):
+        raise ValueError("key_window must be positive")
+    return key_window
