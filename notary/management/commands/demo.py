@@ -146,14 +146,9 @@ class Command(BaseCommand):
             tenant=tenant, name="sms", tier=3, queryable=False, max_inflight=MAX_INFLIGHT
         )
         lease_id = _grant(notary_url, approver_token, "sms")["lease_id"]
-        agent_args = [
-            "--notary", notary_url, "--token", agent_token, "--service", service_url,
-            "--tenant", tenant.slug, "--lease", lease_id, "--effect", "sms",
-        ]  # fmt: skip
-        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
-        if crashed.returncode != -9:
-            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
-        effect_id = _proposal("sms", tenant.slug, lease_id).effect_id
+        agent_args, effect_id = _killed_after_acting(
+            notary_url, agent_token, service_url, tenant.slug, lease_id, "sms"
+        )
         recovered = _run_agent("recover", agent_args)
         states = [json.loads(line)["final_state"] for line in recovered.stdout.splitlines()]
         queue = selectors.review_queue_size(tenant=tenant)
@@ -271,14 +266,9 @@ class Command(BaseCommand):
             f"at most 2000 cents (ledger seq {lease['granted_seq']})"
         )
 
-        agent_args = [
-            "--notary", notary_url, "--token", agent_token, "--service", service_url,
-            "--tenant", slug, "--lease", lease["lease_id"], "--effect", "refund",
-        ]  # fmt: skip
-        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
-        if crashed.returncode != -9:
-            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
-        effect_id = _proposal("refund", slug, lease["lease_id"]).effect_id
+        agent_args, effect_id = _killed_after_acting(
+            notary_url, agent_token, service_url, slug, lease["lease_id"], "refund"
+        )
         shown = httpx.get(
             f"{notary_url}/v1/effects/{effect_id}",
             headers={"Authorization": f"Bearer {agent_token}"},
@@ -336,14 +326,9 @@ class Command(BaseCommand):
             tenant=tenant, target=target, provider="resend", secrets=[secret]
         )
         lease_id = _grant(notary_url, approver_token, "email")["lease_id"]
-        agent_args = [
-            "--notary", notary_url, "--token", agent_token, "--service", service_url,
-            "--tenant", tenant.slug, "--lease", lease_id, "--effect", "email",
-        ]  # fmt: skip
-        crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
-        if crashed.returncode != -9:
-            raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
-        effect_id = _proposal("email", tenant.slug, lease_id).effect_id
+        agent_args, effect_id = _killed_after_acting(
+            notary_url, agent_token, service_url, tenant.slug, lease_id, "email"
+        )
 
         event = {
             "type": "email.sent",
@@ -431,6 +416,21 @@ class Command(BaseCommand):
 
     def _say(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
+
+
+def _killed_after_acting(
+    notary_url: str, agent_token: str, service_url: str, tenant: str, lease_id: str, kind: str
+) -> tuple[list[str], str]:
+    """An agent process submits the effect and is SIGKILLed once the service acted, before it
+    reads the answer; the agent's arguments (for the one that recovers) and the effect's id."""
+    agent_args = [
+        "--notary", notary_url, "--token", agent_token, "--service", service_url,
+        "--tenant", tenant, "--lease", lease_id, "--effect", kind,
+    ]  # fmt: skip
+    crashed = _run_agent("submit", agent_args, crash_at=CrashPoint.AFTER_TARGET_ACTED)
+    if crashed.returncode != -9:
+        raise CommandError(f"the agent was meant to be killed: {crashed.stderr}")
+    return agent_args, _proposal(kind, tenant, lease_id).effect_id
 
 
 def _grant(
