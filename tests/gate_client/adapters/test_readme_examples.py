@@ -16,6 +16,7 @@ from testkit.notary_server import free_port
 from testkit.paths import REPO_ROOT
 from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
 from testkit.peers.resend_server import running_resend
+from testkit.webhook_signing import new_secret
 
 EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
 SHELL = re.compile(r"<!-- example-shell: (\w+) -->\n```sh\n(.*?)```", re.DOTALL)
@@ -108,6 +109,28 @@ def test_the_resend_example_emails_once(tmp_path: Path) -> None:
         assert run(examples()["resend"], tmp_path, env) == ["COMMITTED True"]
         [email] = server.emails()
         assert email["subject"] == "Your refund is on the way"
+
+
+@pytest.mark.slow
+def test_the_tenant_from_zero_runs_as_written_on_a_fresh_embedded_notary(tmp_path: Path) -> None:
+    script = "set -e\n" + shell_examples()["tenant"]
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(
+        DJANGO_SETTINGS_MODULE="notary.settings",
+        NOTARY_VAR_DIR=str(tmp_path),
+        M=f"{sys.executable} manage.py",
+        STRIPE_WEBHOOK_SECRET=new_secret("stripe"),
+        REVIEWER_PASSWORD="a long passphrase, unguessable",
+    )
+    for step in (f"{sys.executable} manage.py migrate --verbosity 0", script):
+        done = subprocess.run(
+            ["sh", "-c", step], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout.splitlines()
+    assert sum(line.startswith("ik_") for line in out) == 3  # the three keys
+    assert any("/webhooks/" in line for line in out)
+    assert out[-1].startswith("created fiona <fiona@acme.example>, staff in 'Finance reviewers'")
 
 
 def test_the_gated_example_runs_twice_in_a_fresh_folder(tmp_path: Path) -> None:
