@@ -43,3 +43,19 @@ def key_window_for(
     if key_window is not None and key_window <= timedelta(0):
         raise ValueError("key_window must be positive")
     return key_window
+
+
+def requests_timeouts(timeout: object, whose: str) -> tuple[float, float]:
+    """(connect, read) of a requests-style ``timeout``: one number is both, a pair is each;
+    a timeout that bounds nothing (None waits for ever) is a TypeError asking for one."""
+    parts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    if len(parts) == 2 and all(_is_seconds(part) for part in parts):
+        return float(parts[0]), float(parts[1])
+    raise TypeError(
+        f"{whose} timeout {timeout!r} does not bound a request (None waits for ever): give "
+        "the HTTP client a timeout in seconds, or the target max_inflight="
+    )
+
+
+def _is_seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -38,6 +38,7 @@ from gate_client.adapters.declarations import (
     INFLIGHT_MARGIN,
     Derived,
     key_window_for,
+    requests_timeouts,
 )
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.targets import (
@@ -226,7 +227,7 @@ def client_request_bound(http_client: resend.HTTPClient) -> timedelta:
             "exposes, so how long an email request may be in flight cannot be derived: give "
             "max_inflight= (at least its connect and read timeouts)"
         )
-    connect, read = _requests_timeouts(http_client._timeout)
+    connect, read = requests_timeouts(http_client._timeout, "the Resend HTTP client's")
     return timedelta(seconds=connect + read)
 
 
@@ -242,21 +243,6 @@ def _in_doubt(error: ResendError) -> bool:
     except (TypeError, ValueError):
         return True
     return status >= 500 or status == 429 or error.error_type in _IN_DOUBT_TYPES
-
-
-def _requests_timeouts(timeout: object) -> tuple[float, float]:
-    """(connect, read) of a requests ``timeout``: one number is both, a pair is each."""
-    parts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-    if len(parts) == 2 and all(_is_seconds(part) for part in parts):
-        return float(parts[0]), float(parts[1])
-    raise TypeError(
-        f"the Resend HTTP client's timeout {timeout!r} does not bound a request (None waits "
-        "for ever): give it a timeout in seconds, or the target max_inflight="
-    )
-
-
-def _is_seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _queryable(tier: Tier, queryable: bool | None, probe_from: str | None) -> bool:

@@ -29,6 +29,7 @@ from gate_client.adapters.declarations import (
     INFLIGHT_MARGIN,
     Derived,
     key_window_for,
+    requests_timeouts,
 )
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import PremisesFor
@@ -175,7 +176,7 @@ def client_request_bound(client: stripe.StripeClient) -> timedelta:
             "give max_inflight= (at least every attempt's connect and read timeouts, plus the "
             "backoff between attempts)"
         )
-    connect, read = _requests_timeouts(http_client._timeout, "the Stripe client's")
+    connect, read = requests_timeouts(http_client._timeout, "the Stripe client's")
     retries = _max_network_retries(client)
     if retries is None:
         raise TypeError(
@@ -252,21 +253,6 @@ def _max_network_retries(client: stripe.StripeClient) -> int | None:
     if retries is None:
         return 0
     return retries if isinstance(retries, int) else None
-
-
-def _requests_timeouts(timeout: object, whose: str) -> tuple[float, float]:
-    """(connect, read) of a requests ``timeout``: one number is both, a pair is each."""
-    parts = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-    if len(parts) == 2 and all(_is_seconds(part) for part in parts):
-        return float(parts[0]), float(parts[1])
-    raise TypeError(
-        f"{whose} timeout {timeout!r} does not bound a request (None waits for ever): give "
-        "the HTTP client a timeout in seconds, or the target max_inflight="
-    )
-
-
-def _is_seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _queryable(tier: Tier, queryable: bool | None) -> bool:

@@ -159,10 +159,7 @@ class Command(BaseCommand):
             reason="the customer replied to the text message",
             by=DEMO_REVIEWER,
         )
-        receipt = httpx.get(
-            f"{notary_url}/v1/effects/{effect_id}/receipt",
-            headers={"Authorization": f"Bearer {agent_token}"},
-        ).json()["receipt"]
+        receipt = _served_receipt(notary_url, agent_token, effect_id)["receipt"]
         self._say(
             "8. A text message through a tier-3 service with nothing to ask (no key, no lookup, "
             "no webhooks); the agent is killed after the send. The restarted agent's recovery: "
@@ -293,10 +290,7 @@ class Command(BaseCommand):
         )
 
         ledger_services.sign_checkpoint(log=tenant.log, signer=load_signing_key())
-        proved = httpx.get(
-            f"{notary_url}/v1/effects/{effect_id}/receipt",
-            headers={"Authorization": f"Bearer {agent_token}"},
-        ).json()
+        proved = _served_receipt(notary_url, agent_token, effect_id)
         self._say("5. The receipt, as the notary serves it:")
         self.stdout.write(json.dumps(proved["receipt"], indent=2))
         self._verify_offline(notary_url, tenant.log.origin, effect_id, proved)
@@ -353,10 +347,7 @@ class Command(BaseCommand):
         )
         delivered.raise_for_status()
         recovered = _run_agent("recover", agent_args)
-        receipt = httpx.get(
-            f"{notary_url}/v1/effects/{effect_id}/receipt",
-            headers={"Authorization": f"Bearer {agent_token}"},
-        ).json()["receipt"]
+        receipt = _served_receipt(notary_url, agent_token, effect_id)["receipt"]
         self._say(
             "7. A confirmation email through a tier-3 service (no idempotency key, no lookup): "
             "the agent is killed again after the send, which alone would leave it AMBIGUOUS for "
@@ -416,6 +407,15 @@ class Command(BaseCommand):
 
     def _say(self, text: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(text) if text[:1].isdigit() else text)
+
+
+def _served_receipt(notary_url: str, token: str, effect_id: str) -> dict[str, Any]:
+    """The receipt as the notary serves it, with its entries, proofs and checkpoint."""
+    shown: dict[str, Any] = httpx.get(
+        f"{notary_url}/v1/effects/{effect_id}/receipt",
+        headers={"Authorization": f"Bearer {token}"},
+    ).json()
+    return shown
 
 
 def _killed_after_acting(
