@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import resend
 
+from gate_client.adapters.declarations import INFLIGHT_MARGIN
 from gate_client.adapters.resend_email import (
-    INFLIGHT_MARGIN,
     RESEND_KEY_WINDOW,
     TAG,
     ResendEmail,

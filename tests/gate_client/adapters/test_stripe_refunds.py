@@ -17,8 +17,8 @@ import pytest
 import stripe
 from stripe.params import RefundCreateParams
 
+from gate_client.adapters.declarations import INFLIGHT_MARGIN
 from gate_client.adapters.stripe_refunds import (
-    INFLIGHT_MARGIN,
     METADATA_KEY,
     STRIPE_KEY_WINDOW,
     StripeRefunds,
