@@ -538,7 +538,9 @@ class AttestationInput(serializers.Serializer):  # type: ignore[type-arg]
 
 class AttestationOutput(serializers.Serializer):  # type: ignore[type-arg]
     settled = serializers.CharField(
-        help_text="committed_on_evidence, failed_on_evidence, or recorded (nothing to settle)"
+        help_text="acknowledged (before_acting: the service may act), committed_on_evidence, "
+        "failed_on_evidence, contradicts (evidence at odds with the verdict that stands), or "
+        "recorded (nothing to settle)"
     )
     entry = EntryOutput()
 

@@ -3,20 +3,66 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger.api.schema import error_response
+from gate_client.journal import DispatchRequest
+from gate_client.leases import LeaseState
+from ledger.api.schema import error_responses, input_refusal, refusal
+from ledger.core.entries import Entry as LedgerEntry
 from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
-from notary.exports import export_receipts
-from notary.models import Role
+from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.exports import ExportDamaged, check_state_filter, export_receipts
+from notary.models import DEFAULT_MAX_LEASE_AMOUNT_CENTS, DEFAULT_MAX_LEASE_DURATION, Role
+from notary.schema import (
+    ATTEST_BEFORE,
+    ATTEST_PERFORMED,
+    COMMITTED,
+    DISPATCH_FIRST,
+    DISPATCH_RESEND,
+    DISPATCHED,
+    EXAMPLE_AGENT,
+    EXAMPLE_AGENT_KEY,
+    EXAMPLE_APPROVER,
+    EXAMPLE_AT,
+    EXAMPLE_LEASE_ID,
+    EXAMPLE_ORIGIN,
+    EXAMPLE_REQUEST_ID,
+    EXAMPLE_TARGET,
+    EXAMPLE_TENANT,
+    FIRST_DISPATCH,
+    GRANT_REQUEST,
+    GRANT_TERMS,
+    GRANTED,
+    LEASE_REQUEST,
+    OUTCOME_COMMITTED,
+    OUTCOME_FAILED,
+    PREMISES,
+    PROPOSE_AND_DISPATCH,
+    PROPOSE_ONLY,
+    PROPOSED,
+    PROPOSED_BODY,
+    REFUND,
+    REFUND_TERMS,
+    TARGET_PAYMENTS,
+    example_effect,
+    example_lease,
+    example_lease_request,
+    example_target,
+    request_example,
+    response_example,
+)
+from notary.selectors import Evidence
 from notary.serializers import (
     AttestationInput,
     AttestationOutput,
@@ -43,45 +89,271 @@ from notary.serializers import (
     TargetOutput,
     WhoAmIOutput,
 )
+from notary.services import PROPOSAL_KEYS
 
-# The refusals particular to an operation; those of its kind (401, 403 by role, 400/413/415 for
-# a body, 404 for a path's record, 429) come from notary.schema.AutoSchema.
-GRANT_FORBIDDEN = error_response(
-    "`permission_denied` (not a role that may), or `beyond_policy`: the lease is past the "
-    "tenant's policy (its longest duration, its largest amount)"
+# The refusals particular to an operation, as the code raises them; those of its kind (401, 403
+# by role, 400/413/415 for a body, 400 for a query, 404 for a path's record, 429) come from
+# notary.schema.AutoSchema, which merges these in (one of the same name replaces the kind's).
+CONFLICT_SCHEMAS = {409: ConflictOutput}
+EXPIRED = refusal(
+    NotaryInputError("expires_at must be in the future"),
+    "the lease would have ended already (a request too, granted after its expires_at)",
+    name="expires_in_past",
 )
-REQUEST_NOT_FOUND = error_response("`not_found`: no such lease request for this tenant")
-ALREADY_GRANTED = error_response(
-    "`already_granted`: the request was granted already (`lease_id` names the lease)",
-    ConflictOutput,
+BEYOND_AMOUNT = refusal(
+    NotaryForbidden(
+        "beyond_policy",
+        f"amount_cents 2000000 is more than this tenant lets an approver grant "
+        f"({DEFAULT_MAX_LEASE_AMOUNT_CENTS})",
+    ),
+    "`limits.amount_cents` above the tenant's max_lease_amount_cents",
+    name="beyond_policy_amount",
 )
-DISPATCH_CONFLICT = error_response(
-    "`attempt_taken` (another process recorded this attempt; `current` is the last recorded), "
-    "`already_settled` (the effect has a verdict; `current`), or `lease_refused` (the lease "
-    "does not cover it now; `reason` says how)",
-    ConflictOutput,
+BEYOND_DURATION = refusal(
+    NotaryForbidden(
+        "beyond_policy",
+        f"a lease runs at most {DEFAULT_MAX_LEASE_DURATION.total_seconds():g} s under this "
+        "tenant's policy",
+    ),
+    "`expires_at` further from now than the tenant's max_lease_duration",
+    name="beyond_policy_duration",
 )
-OUTCOME_CONFLICT = error_response(
-    "`evidence_arrived`: evidence settled the effect while the agent waited; read it",
-    ConflictOutput,
+GRANT_REFUSALS = [
+    input_refusal(
+        LeaseGrantInput,
+        {"request_id": EXAMPLE_REQUEST_ID, "case_id": REFUND.case_id},
+        "a `request_id` with terms: a request is granted on its own terms",
+        name="request_with_terms",
+    ),
+    EXPIRED,
+    refusal(
+        NotaryInputError(
+            "requested_by 'refund-robot' holds no live agent key of this tenant: the "
+            "requester is the holder of the key that asks (POST /v1/lease-requests)"
+        ),
+        "`requested_by` is no holder of a live agent key of this tenant",
+        name="unknown_requester",
+    ),
+    refusal(
+        NotaryInputError(f"{EXAMPLE_APPROVER} requested this and cannot also approve it"),
+        "the approver holds a key of the requester: no one approves their own request",
+        name="self_approval",
+    ),
+    BEYOND_AMOUNT,
+    BEYOND_DURATION,
+    refusal(
+        NotaryNotFound(f"no lease request {EXAMPLE_REQUEST_ID!r}"),
+        "no such lease request for this tenant",
+    ),
+    refusal(
+        NotaryConflict(
+            "already_granted",
+            f"{EXAMPLE_REQUEST_ID} was granted already",
+            lease_id=EXAMPLE_LEASE_ID,
+        ),
+        "the request was granted already; `lease_id` names the lease",
+    ),
+]
+LEASE_NOT_FOUND = refusal(
+    NotaryNotFound(f"no lease {EXAMPLE_LEASE_ID!r}"), "no such lease for this tenant"
 )
-ATTESTATION_FORBIDDEN = error_response(
-    "`permission_denied`: not a service key, or the effect's target is outside the key's scope"
+TARGET_REFUSALS = [
+    refusal(
+        NotaryInputError(f"target {EXAMPLE_TARGET!r} exists already"),
+        "the tenant has a target of that name: a target is registered once (a 400, not a 409)",
+        name="target_exists",
+    ),
+    refusal(
+        NotaryInputError("only a tier-1 target dedupes on a key, so only it has a key window"),
+        "claims that contradict each other: a key window off tier 1, tier 2 not queryable, "
+        "lookup_needs_key without a queryable key window",
+        name="contradicting_claims",
+    ),
+]
+TARGET_NOT_FOUND = refusal(
+    NotaryNotFound(f"no target {EXAMPLE_TARGET!r}: register it first"),
+    "no target of that name for this tenant",
 )
-ATTESTATION_CONFLICT = error_response(
-    "`not_acknowledged`: a write-ahead attestation refused; the service must not act",
-    ConflictOutput,
+PREMISES_FAIL = refusal(
+    NotaryInputError("premises do not hold (payment_settled): nothing to dispatch"),
+    "a premise given with `holds: false`: nothing is dispatched on it",
+    name="premises_do_not_hold",
 )
-ATTESTATION_NOT_FOUND = error_response("`not_found`: no such effect for this tenant")
-NO_CHECKPOINT = error_response(
-    "`no_checkpoint`: the tenant's log has no signed checkpoint yet, or none with the witness "
-    "cosignatures it requires; `detail` says which (how many cosignatures the latest has) and "
-    "what gives it one",
-    ConflictOutput,
+PROPOSE_REFUSALS = [
+    refusal(
+        NotaryInputError(
+            f"effect_id {'eff_' + 'x' * 27!r} is not the id of this case, target and action "
+            f"({REFUND.effect_id})"
+        ),
+        "`effect_id` is not the one of the proposal's tenant, case, target and action "
+        "(gate_client.ids.effect_id_for)",
+        name="effect_id_mismatch",
+    ),
+    refusal(
+        NotaryInputError(f"a proposal has exactly the keys {', '.join(sorted(PROPOSAL_KEYS))}"),
+        "the proposal has other keys than the PROPOSED body's",
+        name="proposal_keys",
+    ),
+    refusal(
+        NotaryInputError(f"proposal.tenant must be this key's tenant, {EXAMPLE_TENANT!r}"),
+        "`proposal.tenant` is not the key's tenant",
+        name="other_tenant",
+    ),
+    refusal(
+        NotaryInputError("proposal.payload_hash is not the SHA-256 of the canonical payload"),
+        "`proposal.payload_hash` is not the SHA-256 of the canonical JSON of `payload`",
+        name="payload_hash_mismatch",
+    ),
+    refusal(
+        NotaryInputError(f"no target {EXAMPLE_TARGET!r}: register it first"),
+        "`proposal.target` is not one of the tenant's targets",
+        name="unknown_target",
+    ),
+    PREMISES_FAIL,
+]
+EFFECT_NOT_FOUND = refusal(
+    NotaryNotFound(f"no effect {REFUND.effect_id!r}"), "no such effect for this tenant"
 )
-RECEIPT_NOT_FOUND = error_response(
-    "`not_found`: no such effect, or no refused re-decided payload with this `payload_hash`"
+
+
+def _lease_refused(request: DispatchRequest, state: LeaseState, meaning: str) -> OpenApiExample:
+    """The 409 of a dispatch the lease does not cover, as the lease check words it."""
+    refused = request.lease_refusal(state, now=EXAMPLE_AT + timedelta(minutes=30))
+    assert refused is not None
+    reason, detail = refused
+    return refusal(
+        NotaryConflict("lease_refused", detail, reason=reason),
+        meaning,
+        name=f"lease_refused_{reason}",
+    )
+
+
+_OVER_LIMIT = DispatchRequest.of_proposal(
+    REFUND.effect_id,
+    {**PROPOSED_BODY, "payload": {**REFUND.payload, "amount_cents": 5000}},
+    1,
+    PREMISES,
+    False,
 )
+DISPATCH_REFUSALS = [
+    PREMISES_FAIL,
+    EFFECT_NOT_FOUND,
+    refusal(
+        NotaryConflict("attempt_taken", "attempt 1 asked, 1 recorded", current=1),
+        "`attempt` is not the last recorded + 1: another process recorded it; `current` is "
+        "the last recorded (recover the effect rather than retry)",
+    ),
+    refusal(
+        NotaryConflict("already_settled", f"{REFUND.effect_id} has a verdict", current=1),
+        "the effect has a verdict: nothing more is dispatched; `current` is the last attempt",
+    ),
+    _lease_refused(
+        FIRST_DISPATCH,
+        LeaseState(REFUND_TERMS, EXAMPLE_AT + timedelta(minutes=10), EXAMPLE_APPROVER),
+        "the lease was revoked (`reason` lease_revoked)",
+    ),
+    _lease_refused(
+        FIRST_DISPATCH,
+        LeaseState(replace(REFUND_TERMS, expires_at=EXAMPLE_AT + timedelta(minutes=5))),
+        "the lease has expired (`reason` lease_expired)",
+    ),
+    _lease_refused(
+        _OVER_LIMIT,
+        LeaseState(REFUND_TERMS),
+        "the lease does not cover this case, action, payload or amount, or was requested by "
+        "another holder than the caller's (`reason` lease_scope)",
+    ),
+]
+OUTCOME_REFUSALS = [
+    refusal(
+        NotaryInputError("a COMMITTED entry needs result_ref (str)"),
+        "the body lacks what its kind needs (COMMITTED: state, attempt, result_ref; FAILED: "
+        "attempt, code; REFUSED: reason)",
+        name="outcome_shape",
+    ),
+    refusal(
+        NotaryInputError("COMMITTED names attempt 2, which was never made"),
+        "a claim the effect's entries do not allow (an attempt never dispatched, what only "
+        "the notary writes)",
+        name="outcome_refused",
+    ),
+    EFFECT_NOT_FOUND,
+    refusal(
+        NotaryConflict(
+            "evidence_arrived",
+            "the service attested this effect after the evidence was read: ask again",
+        ),
+        "a refusal resting on the service's silence, but it attested meanwhile: read the "
+        "evidence again (GET .../evidence) and decide again",
+    ),
+]
+RECEIPT_REFUSALS = [
+    input_refusal(
+        ReceiptQueryInput, {"payload_hash": "ABC"}, "`payload_hash` is not 64 lowercase hex"
+    ),
+    EFFECT_NOT_FOUND,
+    refusal(
+        NotaryNotFound(f"{REFUND.effect_id}: payload {'0' * 64} was never submitted"),
+        "`payload_hash` names no payload proposed for this effect",
+        name="payload_not_found",
+    ),
+]
+ATTESTATION_REFUSALS = [
+    input_refusal(
+        AttestationInput,
+        {"effect_id": REFUND.effect_id},
+        "neither `stage` nor `performed` (or the two disagree)",
+        name="stage_missing",
+    ),
+    refusal(
+        NotaryForbidden(
+            "permission_denied",
+            f"this service key attests for 'email', not for {EXAMPLE_TARGET!r}",
+        ),
+        "the effect's target is not one this service key attests for",
+        name="permission_denied_scope",
+    ),
+    EFFECT_NOT_FOUND,
+    refusal(
+        NotaryConflict(
+            "not_acknowledged",
+            "a request for it was attested already: acting again could act twice",
+        ),
+        "a `before_acting` attestation refused (never dispatched, settled, attested already, "
+        "or its dispatch older than the target's max in-flight time): the service must not act",
+    ),
+]
+
+
+def _state_refused() -> OpenApiExample:
+    try:
+        check_state_filter("committed")
+    except NotaryInputError as refused:
+        meaning = "`state` is no receipt's final state (nor a prefix of one)"
+        return refusal(refused, meaning, name="invalid_state")
+    raise AssertionError("'committed' is no receipt's final state")
+
+
+EXPORT_REFUSALS = [
+    input_refusal(ExportQueryInput, {"from": "yesterday"}, "`from` or `to` is not a date-time"),
+    _state_refused(),
+    refusal(
+        NotaryConflict(
+            "no_checkpoint",
+            f"log {EXAMPLE_ORIGIN} has no signed checkpoint yet: the notary's beat signs one "
+            "every NOTARY_CHECKPOINT_INTERVAL_SECONDS, or its operator at once with "
+            f"`manage.py sign_checkpoint --log {EXAMPLE_ORIGIN}`; export again once one is "
+            "signed",
+        ),
+        "the tenant's log has no published checkpoint (signed, with the witness cosignatures "
+        "it requires); `detail` says which and what gives it one",
+    ),
+    refusal(
+        ExportDamaged("the checkpoint stored at size 12 signs 11"),
+        "the ledger's rows do not prove what the export would say (the database was "
+        "altered): run verify_ledger",
+    ),
+]
 
 
 def _principal(request: Request) -> ApiKeyPrincipal:
@@ -90,10 +362,41 @@ def _principal(request: Request) -> ApiKeyPrincipal:
     return principal
 
 
+def _entries(*entries: LedgerEntry) -> list[dict[str, Any]]:
+    return [dict(EntryOutput(entry).data) for entry in entries]
+
+
+_AFTER_DISPATCH = example_effect([PROPOSED, DISPATCHED])
+_AFTER_COMMIT = example_effect([PROPOSED, DISPATCHED, COMMITTED])
+
+
 class WhoAmIView(APIView):
     """Which tenant and role a key acts as: how a client checks its credentials."""
 
-    @extend_schema(responses=WhoAmIOutput)
+    @extend_schema(
+        summary="Who this key is",
+        description="The calling key's tenant, role, key id and holder, and the origin of the "
+        "tenant's ledger log. Call it to check a key before relying on it, and to learn the "
+        "log origin whose verifier keys (`GET /v1/logs/{origin}/vkey`) and checkpoints to "
+        "trust.",
+        responses=WhoAmIOutput,
+        examples=[
+            response_example(
+                "agent",
+                WhoAmIOutput(
+                    {
+                        "tenant": EXAMPLE_TENANT,
+                        "role": Role.AGENT,
+                        "key_id": EXAMPLE_AGENT_KEY,
+                        "holder": EXAMPLE_AGENT,
+                        "log": EXAMPLE_ORIGIN,
+                    }
+                ).data,
+                "the demo's agent key",
+                200,
+            )
+        ],
+    )
     def get(self, request: Request) -> Response:
         principal = _principal(request)
         return Response(
@@ -111,13 +414,30 @@ class LeaseGrantView(APIView):
     permission_classes = [role_required(Role.APPROVER)]
 
     @extend_schema(
+        summary="Grant a lease",
+        description="An approver authorizes an agent: the lease lets it dispatch `action` on "
+        "`case_id` until `expires_at`, within `limits` (the payload's amounts) and, with "
+        "`payload_hash`, that payload only. Grant a lease request by its `request_id` alone "
+        "(the stronger way: the requester is the key that asked), or give the terms with "
+        "`requested_by`, the holder of a live agent key of the tenant. Records LEASE_GRANTED "
+        "in the tenant's ledger in the same transaction. No one approves their own request, "
+        "and the tenant's grant policy bounds the amount and the duration.",
         request=LeaseGrantInput,
         responses={
             201: LeaseOutput,
-            403: GRANT_FORBIDDEN,
-            404: REQUEST_NOT_FOUND,
-            409: ALREADY_GRANTED,
+            **error_responses(*GRANT_REFUSALS, schemas=CONFLICT_SCHEMAS),
         },
+        examples=[
+            request_example(
+                "grant_request", GRANT_REQUEST, "grant the agent's lease request on its terms"
+            ),
+            request_example(
+                "grant_terms", GRANT_TERMS, "the demo's grant: terms, for refund-bot's key"
+            ),
+            response_example(
+                "granted", LeaseOutput(example_lease()).data, "the lease, granted", 201
+            ),
+        ],
     )
     def post(self, request: Request) -> Response:
         given = LeaseGrantInput(data=request.data)
@@ -139,7 +459,25 @@ class LeaseRequestView(APIView):
 
     permission_classes = [role_required(Role.AGENT)]
 
-    @extend_schema(request=LeaseRequestInput, responses={201: LeaseRequestOutput})
+    @extend_schema(
+        summary="Ask for a lease",
+        description="An agent asks for the authority to act: the case, action, expiry and "
+        "limits it needs (optionally the exact payload). The requester is the holder of the "
+        "calling key, whatever the body says. Nothing is authorized until an approver who "
+        "holds none of the requester's keys grants it (`POST /v1/leases` with its "
+        "`request_id`); until then `lease_id` is null.",
+        request=LeaseRequestInput,
+        responses={201: LeaseRequestOutput, **error_responses(EXPIRED)},
+        examples=[
+            request_example("refund", LEASE_REQUEST, "the demo's refund, at most 2000 cents"),
+            response_example(
+                "asked",
+                LeaseRequestOutput(example_lease_request()).data,
+                "the request, waiting for an approver",
+                201,
+            ),
+        ],
+    )
     def post(self, request: Request) -> Response:
         given = LeaseRequestInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -153,7 +491,14 @@ class LeaseRequestView(APIView):
 class LeaseDetailView(APIView):
     permission_classes = [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(responses=LeaseOutput)
+    @extend_schema(
+        summary="Read a lease",
+        description="A lease's terms, who requested and granted it, whether it was revoked, "
+        "and the ledger seqs of its grant and revocation. The gate reads it when recovering an "
+        "effect, to re-check that the lease still covers a resend.",
+        responses={200: LeaseOutput, **error_responses(LEASE_NOT_FOUND)},
+        examples=[response_example("live", LeaseOutput(example_lease()).data, "a live lease", 200)],
+    )
     def get(self, request: Request, lease_id: str) -> Response:
         lease = selectors.lease_get(tenant=_principal(request).tenant, lease_id=lease_id)
         return Response(LeaseOutput(lease).data)
@@ -162,7 +507,22 @@ class LeaseDetailView(APIView):
 class LeaseRevokeView(APIView):
     permission_classes = [role_required(Role.APPROVER)]
 
-    @extend_schema(request=LeaseRevokeInput, responses=LeaseOutput)
+    @extend_schema(
+        summary="Revoke a lease",
+        description="Ends a lease now, recording LEASE_REVOKED: a dispatch after it is "
+        "refused (409 `lease_refused`, reason `lease_revoked`); what was dispatched before "
+        "stands. Revoking a revoked lease changes nothing and answers it as it is.",
+        request=LeaseRevokeInput,
+        responses={200: LeaseOutput, **error_responses(LEASE_NOT_FOUND)},
+        examples=[
+            request_example(
+                "withdrawn", {"reason": "the customer withdrew the refund request"}, "why"
+            ),
+            response_example(
+                "revoked", LeaseOutput(example_lease(revoked=True)).data, "the lease, revoked", 200
+            ),
+        ],
+    )
     def post(self, request: Request, lease_id: str) -> Response:
         given = LeaseRevokeInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -186,12 +546,40 @@ class TargetListView(APIView):
             return [role_required(Role.APPROVER)()]
         return [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)()]
 
-    @extend_schema(responses=TargetOutput(many=True))
+    @extend_schema(
+        summary="List the targets",
+        description="The tenant's targets (the services its effects are sent to), each with "
+        "what it declares: its tier, whether it can be looked up, its windows. The gate and "
+        "the notary's recovery both go by this one declaration.",
+        responses=TargetOutput(many=True),
+        examples=[
+            response_example(
+                "payments", TargetOutput(example_target()).data, "the demo's one target", 200
+            )
+        ],
+    )
     def get(self, request: Request) -> Response:
         targets = selectors.targets_of(tenant=_principal(request).tenant)
         return Response(TargetOutput(targets, many=True).data)
 
-    @extend_schema(request=TargetInput, responses={201: TargetOutput})
+    @extend_schema(
+        summary="Register a target",
+        description="Declares a service effects are sent to. Its claims (tier 1 dedupes on an "
+        "idempotency key for `key_window_seconds`, tier 2 can be looked up, tier 3 neither; "
+        "the in-flight and evidence windows) are what recovery decides by, so claims that "
+        "contradict each other are refused, not stored. A name is registered once; there is "
+        "no update.",
+        request=TargetInput,
+        responses={201: TargetOutput, **error_responses(*TARGET_REFUSALS)},
+        examples=[
+            request_example(
+                "payments", TARGET_PAYMENTS, "the demo's payment service: tier 1, 24 h key"
+            ),
+            response_example(
+                "registered", TargetOutput(example_target()).data, "the target, registered", 201
+            ),
+        ],
+    )
     def post(self, request: Request) -> Response:
         given = TargetInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -202,7 +590,17 @@ class TargetListView(APIView):
 class TargetDetailView(APIView):
     permission_classes = [role_required(Role.APPROVER, Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(responses=TargetOutput)
+    @extend_schema(
+        summary="Read a target",
+        description="One target's declaration: what the gate reads before recovering an "
+        "effect sent to it (NotaryJournal.target_declaration).",
+        responses={200: TargetOutput, **error_responses(TARGET_NOT_FOUND)},
+        examples=[
+            response_example(
+                "payments", TargetOutput(example_target()).data, "the demo's target", 200
+            )
+        ],
+    )
     def get(self, request: Request, name: str) -> Response:
         target = selectors.target_get(tenant=_principal(request).tenant, name=name)
         return Response(TargetOutput(target).data)
@@ -211,7 +609,64 @@ class TargetDetailView(APIView):
 class EffectProposeView(APIView):
     permission_classes = [role_required(Role.AGENT)]
 
-    @extend_schema(request=EffectProposeInput, responses={200: ProposeOutput, 201: ProposeOutput})
+    @extend_schema(
+        summary="Propose an effect (and dispatch attempt 1)",
+        description="Records PROPOSED: the gate's decision to act (its payload, the premises "
+        "as observed, the lease it acts under) before anything is sent. Idempotent on "
+        "`effect_id`, a hash of the tenant, case, target and action: a retry, or a re-decided "
+        "payload, is answered 200 with the proposal that stands. With `dispatch` (every "
+        "premise holding) it also records DISPATCHED attempt 1 in the same transaction, when "
+        "the standing proposal is this one and nothing was dispatched: the gate's one round "
+        "trip before it calls the target. A lease that does not cover that dispatch is no "
+        "error: the PROPOSED stands, nothing is dispatched and `dispatch_refused` says why "
+        "(`reason` lease_expired, lease_revoked or lease_scope).",
+        request=EffectProposeInput,
+        responses={
+            200: ProposeOutput,
+            201: ProposeOutput,
+            **error_responses(*PROPOSE_REFUSALS),
+        },
+        examples=[
+            request_example(
+                "propose_and_dispatch",
+                PROPOSE_AND_DISPATCH,
+                "the demo's refund, as NotaryJournal.propose_and_dispatch sends it",
+            ),
+            request_example(
+                "propose_only",
+                PROPOSE_ONLY,
+                "proposed alone (NotaryJournal.propose; dispatched by POST .../dispatch)",
+            ),
+            response_example(
+                "proposed_and_dispatched",
+                ProposeOutput(
+                    {
+                        "created": True,
+                        "effect": _AFTER_DISPATCH,
+                        "entries": [PROPOSED, DISPATCHED],
+                        "dispatched": DISPATCHED,
+                        "dispatch_refused": None,
+                    }
+                ).data,
+                "PROPOSED and DISPATCHED attempt 1, recorded now",
+                201,
+            ),
+            response_example(
+                "standing",
+                ProposeOutput(
+                    {
+                        "created": False,
+                        "effect": _AFTER_DISPATCH,
+                        "entries": [PROPOSED, DISPATCHED],
+                        "dispatched": None,
+                        "dispatch_refused": None,
+                    }
+                ).data,
+                "a retry: the proposal stands, attempt 1 was dispatched before",
+                200,
+            ),
+        ],
+    )
     def post(self, request: Request) -> Response:
         given = EffectProposeInput(data=request.data)
         given.is_valid(raise_exception=True)
@@ -242,7 +697,27 @@ class EffectProposeView(APIView):
 class EffectUnsettledView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(parameters=[LimitInput], responses=EffectOutput(many=True))
+    @extend_schema(
+        summary="List unsettled effects",
+        description="The tenant's effects proposed or dispatched with no verdict yet, oldest "
+        "first, at most `limit`: what the gate's recover() settles after a crash (it checks "
+        "the log's history first), and what an auditor watches for effects left in flight.",
+        parameters=[LimitInput],
+        responses={
+            200: EffectOutput(many=True),
+            **error_responses(
+                input_refusal(LimitInput, {"limit": "0"}, "`limit` is not from 1 to 10000")
+            ),
+        },
+        examples=[
+            response_example(
+                "in_flight",
+                EffectOutput(_AFTER_DISPATCH).data,
+                "the demo's refund, dispatched and not settled",
+                200,
+            )
+        ],
+    )
     def get(self, request: Request) -> Response:
         given = LimitInput(data=request.query_params.dict())
         given.is_valid(raise_exception=True)
@@ -255,7 +730,27 @@ class EffectUnsettledView(APIView):
 class EffectDetailView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(responses=EffectDetailOutput)
+    @extend_schema(
+        summary="Read an effect",
+        description="The effect as the ledger has it: its projection (state, attempts, "
+        "result), its entries, and its lease's grant and revocation entries, everything its "
+        "receipt is derived from. The gate reads its history here before recovering it.",
+        responses={200: EffectDetailOutput, **error_responses(EFFECT_NOT_FOUND)},
+        examples=[
+            response_example(
+                "committed",
+                EffectDetailOutput(
+                    {
+                        "effect": _AFTER_COMMIT,
+                        "entries": [PROPOSED, DISPATCHED, COMMITTED],
+                        "lease_entries": [GRANTED],
+                    }
+                ).data,
+                "the demo's refund, committed",
+                200,
+            )
+        ],
+    )
     def get(self, request: Request, effect_id: str) -> Response:
         tenant = _principal(request).tenant
         effect = selectors.effect_get(tenant=tenant, effect_id=effect_id)
@@ -268,7 +763,27 @@ class EffectDispatchView(APIView):
     permission_classes = [role_required(Role.AGENT)]
 
     @extend_schema(
-        request=EffectDispatchInput, responses={201: EntryOutput, 409: DISPATCH_CONFLICT}
+        summary="Dispatch an attempt",
+        description="Records DISPATCHED attempt `attempt` after checking, under the log's "
+        "lock and at that one instant, that the effect's lease covers it and was requested "
+        "by the caller's holder: the ledger's order alone then shows whether the lease was "
+        "live when the effect fired. Call it right before sending to the target; attempt "
+        "n + 1 after n is a recovery's resend (`recovery: true`). The gate never retries it: "
+        "after a lost answer, recovery settles the effect.",
+        request=EffectDispatchInput,
+        responses={
+            201: EntryOutput,
+            **error_responses(*DISPATCH_REFUSALS, schemas=CONFLICT_SCHEMAS),
+        },
+        examples=[
+            request_example(
+                "first", DISPATCH_FIRST, "attempt 1, as NotaryJournal.dispatch sends it"
+            ),
+            request_example("resend", DISPATCH_RESEND, "attempt 2: recover()'s resend"),
+            response_example(
+                "dispatched", _entries(DISPATCHED)[0], "the DISPATCHED entry of attempt 1", 201
+            ),
+        ],
     )
     def post(self, request: Request, effect_id: str) -> Response:
         given = EffectDispatchInput(data=request.data)
@@ -287,12 +802,37 @@ class EffectOutcomeView(APIView):
     permission_classes = [role_required(Role.AGENT)]
 
     @extend_schema(
+        summary="Record an outcome",
+        description="Records how the effect ended, as the agent learned it: COMMITTED (the "
+        "target's `result_ref`), FAILED (its `code`), REFUSED (a dispatch refused) or "
+        "AMBIGUOUS (not known). The protocol's precedence decides: a verdict that already "
+        "stands is answered 200 (`recorded: false`) as it stands, so a retry and two "
+        "recovering agents converge on one; an answer that contradicts it is kept as "
+        "evidence. The answer carries the entries the receipt is derived from.",
         request=EffectOutcomeInput,
         responses={
             200: RecordedEntryOutput,
             201: RecordedEntryOutput,
-            409: OUTCOME_CONFLICT,
+            **error_responses(*OUTCOME_REFUSALS, schemas=CONFLICT_SCHEMAS),
         },
+        examples=[
+            request_example(
+                "committed", OUTCOME_COMMITTED, "the target refunded (protocol.sent_body)"
+            ),
+            request_example("failed", OUTCOME_FAILED, "the target declined"),
+            response_example(
+                "recorded",
+                RecordedEntryOutput(
+                    {
+                        "recorded": True,
+                        "entry": COMMITTED,
+                        "receipt_entries": [GRANTED, PROPOSED, DISPATCHED, COMMITTED],
+                    }
+                ).data,
+                "COMMITTED, recorded now",
+                201,
+            ),
+        ],
     )
     def post(self, request: Request, effect_id: str) -> Response:
         given = EffectOutcomeInput(data=request.data)
@@ -312,7 +852,14 @@ class EffectReceiptView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
     @extend_schema(
-        parameters=[ReceiptQueryInput], responses={200: ReceiptOutput, 404: RECEIPT_NOT_FOUND}
+        summary="Fetch a proved receipt",
+        description="The effect's receipt (its final state and what authorized it, derived "
+        "from its entries) with those entries and a C2SP tlog-proof of each against the "
+        "latest published checkpoint (null until one covers it): checkable offline with the "
+        "log's public key alone (`python -m gate_client.verify`). With `payload_hash`, the "
+        "receipt of a re-decided payload that was refused.",
+        parameters=[ReceiptQueryInput],
+        responses={200: ReceiptOutput, **error_responses(*RECEIPT_REFUSALS)},
     )
     def get(self, request: Request, effect_id: str) -> Response:
         given = ReceiptQueryInput(data=request.query_params.dict())
@@ -335,13 +882,26 @@ class AttestationView(APIView):
     permission_classes = [role_required(Role.SERVICE)]
 
     @extend_schema(
+        summary="Attest an effect (a cooperating service)",
+        description="A cooperating service's word on an effect sent to a target its key "
+        "attests for. `stage: before_acting` is the write-ahead attestation: acknowledged "
+        "(201, `settled: acknowledged`) only when the service may act now; else 409 "
+        "`not_acknowledged`, and the service must not act. `performed` and `not_performed` "
+        "(or `performed: true/false`) are evidence, which settles a dispatched effect the way "
+        "a provider's webhook does; `settled` says how.",
         request=AttestationInput,
         responses={
             201: AttestationOutput,
-            403: ATTESTATION_FORBIDDEN,
-            404: ATTESTATION_NOT_FOUND,
-            409: ATTESTATION_CONFLICT,
+            **error_responses(*ATTESTATION_REFUSALS, schemas=CONFLICT_SCHEMAS),
         },
+        examples=[
+            request_example(
+                "before_acting", ATTEST_BEFORE, "may the service act? (testkit's Attestor)"
+            ),
+            request_example(
+                "performed", ATTEST_PERFORMED, "the service did it, under this reference"
+            ),
+        ],
     )
     def post(self, request: Request) -> Response:
         given = AttestationInput(data=request.data)
@@ -359,7 +919,22 @@ class AttestationView(APIView):
 class EffectEvidenceView(APIView):
     permission_classes = [role_required(Role.AGENT, Role.AUDITOR)]
 
-    @extend_schema(responses=EvidenceOutput)
+    @extend_schema(
+        summary="Read an effect's evidence",
+        description="What the notary's evidence (providers' webhooks, services' attestations) "
+        "says of the effect, as facts: performed (with its result_ref), not performed, an "
+        "intent to act, or nothing. The gate's recovery asks it of targets it cannot look up; "
+        "whether nothing seen counts is the protocol's call, by the target's declaration.",
+        responses={200: EvidenceOutput, **error_responses(EFFECT_NOT_FOUND)},
+        examples=[
+            response_example(
+                "nothing",
+                EvidenceOutput(Evidence("nothing")).data,
+                "no webhook or attestation yet",
+                200,
+            )
+        ],
+    )
     def get(self, request: Request, effect_id: str) -> Response:
         evidence = selectors.effect_evidence(tenant=_principal(request).tenant, effect_id=effect_id)
         return Response(EvidenceOutput(evidence).data)
@@ -369,6 +944,14 @@ class ExportReceiptsView(APIView):
     permission_classes = [role_required(Role.AUDITOR)]
 
     @extend_schema(
+        summary="Export receipts",
+        description="The tenant's receipts as an interlock-receipts-export/v1 stream (JSON "
+        "Lines): a header with the published checkpoint and the log's verifier keys, a "
+        "receipt line per effect proposed in [`from`, `to`) whose final state matches "
+        "`state`, the entries and proofs they rest on, and a footer with the counts; "
+        "checkable offline. Refused (409) before the header when the log has no published "
+        "checkpoint or its rows do not prove what the export would say; damage found after "
+        "the header ends the stream without its footer.",
         parameters=[
             OpenApiParameter("from", OpenApiTypes.DATETIME, description="proposed at or after"),
             OpenApiParameter("to", OpenApiTypes.DATETIME, description="proposed before"),
@@ -381,7 +964,7 @@ class ExportReceiptsView(APIView):
         ],
         responses={
             (200, "application/x-ndjson"): OpenApiTypes.STR,
-            409: NO_CHECKPOINT,
+            **error_responses(*EXPORT_REFUSALS, schemas=CONFLICT_SCHEMAS),
         },
     )
     def get(self, request: Request) -> StreamingHttpResponse:

@@ -3,13 +3,15 @@ answer but the 200 is the API's error shape, {"error": code, "detail": text}."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from webhooks import selectors, services
+from webhooks import providers, selectors, services
+from webhooks.models import Refusal
 
 # How long a rate-limited sender should wait: the counter's window.
 RETRY_AFTER_SECONDS = 60
@@ -101,13 +103,21 @@ _ERROR = {"$ref": "#/components/schemas/ErrorOutput"}
 def openapi_path_item() -> dict[str, Any]:
     limit = settings.WEBHOOK_MAX_BODY_BYTES
 
-    def error(description: str, **extra: Any) -> dict[str, Any]:
+    def error(status: int, *refusals: tuple[str, str, str, str], **extra: Any) -> dict[str, Any]:
+        """A refusal's answer, with an example of each way to it: (name, code, detail as the
+        receiver words it, when). The description is made from them (notary.schema)."""
+        examples = {
+            name: {"value": json.loads(_error(status, code, detail).content), "summary": when}
+            for name, code, detail, when in refusals
+        }
         return {
-            "description": description,
-            "content": {"application/json": {"schema": _ERROR}},
+            "description": "; ".join(f"`{code}`: {when}" for _, code, _, when in refusals),
+            "content": {"application/json": {"schema": _ERROR, "examples": examples}},
             **extra,
         }
 
+    not_an_object = providers.EventUnreadable("the event is a JSON list, not an object")
+    unverified = settings.WEBHOOK_UNVERIFIED_PER_MINUTE
     return {
         "post": {
             "operationId": "webhooks_receive",
@@ -169,15 +179,51 @@ def openapi_path_item() -> dict[str, Any]:
                     },
                 },
                 "400": error(
-                    "`signature` (no active secret verifies it), `invalid_event` (signed, but "
-                    "not a JSON object with a usable event id, or nested too deep) or `invalid` "
-                    "(an unreadable body or Content-Length); quarantined, never evidence"
+                    400,
+                    (
+                        "signature",
+                        Refusal.SIGNATURE.value,
+                        "SignatureVerificationError: No signatures found matching the expected "
+                        "signature for payload",
+                        "no active secret verifies the signature; quarantined, never evidence",
+                    ),
+                    (
+                        "invalid_event",
+                        Refusal.EVENT.value,
+                        str(not_an_object),
+                        "signed, but not a JSON object with a usable event id, or nested too "
+                        "deep; quarantined, never evidence",
+                    ),
+                    (
+                        "invalid",
+                        "invalid",
+                        "Content-Length 'ten' is not a length",
+                        "an unreadable body or Content-Length",
+                    ),
                 ),
-                "404": error("`not_found`: no such webhook endpoint"),
-                "413": error(f"`too_large`: the body is over {limit} bytes; not kept"),
+                "404": error(
+                    404,
+                    ("not_found", "not_found", "no such webhook endpoint", "no such endpoint"),
+                ),
+                "413": error(
+                    413,
+                    (
+                        "too_large",
+                        "too_large",
+                        f"a webhook body is at most {limit} bytes",
+                        f"the body is over {limit} bytes; not kept",
+                    ),
+                ),
                 "429": error(
-                    "`rate_limited`: too many requests to this endpoint this minute were not "
-                    "verified events; the rest of the minute's are refused and not kept",
+                    429,
+                    (
+                        "rate_limited",
+                        services.RATE_LIMITED,
+                        f"more than {unverified} requests to this endpoint in a minute were "
+                        "not verified events; the rest of the minute's are refused and not kept",
+                        "too many requests to this endpoint this minute were not verified "
+                        "events; the rest of the minute's are refused and not kept",
+                    ),
                     headers={
                         "Retry-After": {
                             "schema": {"type": "integer"},

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ledger import selectors
-from ledger.api.schema import error_response
+from ledger.api.schema import error_responses, input_refusal, refusal
 from ledger.api.serializers import (
     CheckpointOutput,
     ConsistencyProofOutput,
@@ -36,14 +36,37 @@ from ledger.core.note import parse_vkey
 from ledger.models import Log
 
 # Refusals of an authenticated caller (401, 429) and of a query (400) are added by the
-# project's schema class (settings' DEFAULT_SCHEMA_CLASS); these are the ledger's own.
-NO_CHECKPOINT = error_response(
-    "`not_found`: the caller's log has no signed checkpoint yet (with the witness cosignatures "
-    "it requires)"
+# project's schema class (settings' DEFAULT_SCHEMA_CLASS); these are the ledger's own, as its
+# views raise them (a LedgerLookupError is answered as NotFound).
+EXAMPLE_ORIGIN = "log.example.com/shop"
+NO_CHECKPOINT = refusal(
+    NotFound(f"log {EXAMPLE_ORIGIN} has no signed checkpoint yet cosigned by 2 witnesses"),
+    "the caller's log has no signed checkpoint yet (with the witness cosignatures it requires)",
 )
-NO_LOG = error_response("`not_found`: no log with that origin")
-NO_PROOF = error_response(
-    "`not_found`: no signed checkpoint of that size (or none yet), or no such entry in it"
+NO_LOG = refusal(
+    NotFound(str(selectors.LedgerLookupError(f"no log with origin {EXAMPLE_ORIGIN + '-x'!r}"))),
+    "no log with that origin",
+)
+NO_PROOF = [
+    refusal(
+        NotFound(f"log {EXAMPLE_ORIGIN} has no signed checkpoint of size 7"),
+        "no signed checkpoint of that `size` (or, without `size`, none yet)",
+    ),
+    refusal(
+        NotFound("entry 12 is not covered by the checkpoint of size 12"),
+        "without `size`: `index` is not below the latest checkpoint's size",
+        name="not_covered",
+    ),
+]
+NO_TREE = refusal(
+    NotFound(f"log {EXAMPLE_ORIGIN} has 12 entries; no tree of size 20"),
+    "`new` is larger than the log",
+)
+INCLUSION_INVALID = input_refusal(
+    InclusionProofQuery, {"index": "12", "size": "12"}, "`index` is not less than `size`"
+)
+CONSISTENCY_INVALID = input_refusal(
+    ConsistencyProofQuery, {"old": "20", "new": "12"}, "`old` is greater than `new`"
 )
 
 
@@ -65,7 +88,15 @@ class SigningKeysView(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    @extend_schema(auth=[], responses=SigningKeyOutput(many=True))
+    @extend_schema(
+        summary="List the signing keys",
+        description="Every key the notary has signed checkpoints with, and when it took over "
+        "(`valid_from`) and was replaced (`valid_until`). Public: no credentials needed. A "
+        "log's checkpoints are signed under the log's origin: its verifier key is the same "
+        "public key under that name (`GET /v1/logs/{origin}/vkey` gives it so).",
+        auth=[],
+        responses=SigningKeyOutput(many=True),
+    )
     def get(self, request: Request) -> Response:
         return Response(SigningKeyOutput(selectors.signing_keys(), many=True).data)
 
@@ -79,7 +110,16 @@ class LogVkeysView(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    @extend_schema(auth=[], responses={200: LogVkeysOutput, 404: NO_LOG})
+    @extend_schema(
+        summary="A log's verifier keys",
+        description="One log's verifier keys, exactly as a checkpoint of it is verified: "
+        "every published key under the log's origin (the name, and so the key id, its "
+        "checkpoints are signed under), so an outside tool (Go's note.Open, `python -m "
+        "gate_client.verify --vkey`) takes them as given. Public, like the keys: a log's "
+        "origin is in every checkpoint of it.",
+        auth=[],
+        responses={200: LogVkeysOutput, **error_responses(NO_LOG)},
+    )
     def get(self, request: Request, origin: str) -> Response:
         try:
             log = selectors.get_log(origin=origin)
@@ -100,7 +140,15 @@ class LogVkeysView(APIView):
 
 
 class LatestCheckpointView(APIView):
-    @extend_schema(responses={200: CheckpointOutput, 404: NO_CHECKPOINT})
+    @extend_schema(
+        summary="The latest checkpoint",
+        description="The caller's log's latest published checkpoint: a C2SP signed note of "
+        "its size and root hash, signed by the notary and cosigned by the witnesses the log "
+        "requires. A client keeps the last one it accepted and checks that each new one "
+        "extends it (`GET /v1/proofs/consistency`): a notary cannot then rewrite or fork the "
+        "history it showed.",
+        responses={200: CheckpointOutput, **error_responses(NO_CHECKPOINT)},
+    )
     def get(self, request: Request) -> Response:
         log = _caller_log(request)
         checkpoint = selectors.published_checkpoint(log=log)
@@ -112,9 +160,16 @@ class LatestCheckpointView(APIView):
 class InclusionProofView(APIView):
     @extend_schema(
         parameters=[InclusionProofQuery],
-        responses={200: InclusionProofOutput, 404: NO_PROOF},
-        description="`index` must be less than `size` (the checkpoint's, when `size` is left "
-        "out): else 400 `invalid`.",
+        responses={
+            200: InclusionProofOutput,
+            **error_responses(INCLUSION_INVALID, *NO_PROOF),
+        },
+        summary="Prove an entry is in the log",
+        description="The RFC 6962 audit path of entry `index` in the tree of a signed "
+        "checkpoint (of `size`, or the latest), and the same as a C2SP tlog-proof carrying "
+        "that checkpoint: what shows an entry is in the history every client and witness saw. "
+        "`index` must be less than `size`: else 400 `invalid`; with `size` left out, an "
+        "`index` the latest checkpoint does not cover is a 404 `not_found`.",
     )
     def get(self, request: Request) -> Response:
         given = InclusionProofQuery(data=request.query_params.dict())
@@ -139,9 +194,16 @@ class InclusionProofView(APIView):
 class ConsistencyProofView(APIView):
     @extend_schema(
         parameters=[ConsistencyProofQuery],
-        responses={200: ConsistencyProofOutput, 404: NO_PROOF},
-        description="`old` must not be greater than `new` (else 400 `invalid`); `new` a size "
-        "the log has reached.",
+        responses={
+            200: ConsistencyProofOutput,
+            **error_responses(CONSISTENCY_INVALID, NO_TREE),
+        },
+        summary="Prove the log only grew",
+        description="The RFC 6962 consistency proof that the tree of size `new` extends the "
+        "tree of size `old`: how a client holding an older checkpoint checks a newer one, "
+        "and so that the notary neither rewrote nor forked the history. `old` must not be "
+        "greater than `new` (else 400 `invalid`); `new` a size the log has reached (else 404 "
+        "`not_found`).",
     )
     def get(self, request: Request) -> Response:
         given = ConsistencyProofQuery(data=request.query_params.dict())
