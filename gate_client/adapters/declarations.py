@@ -5,10 +5,15 @@ max_inflight (protocol.late_request)."""
 from __future__ import annotations
 
 import enum
+import hashlib
+import re
 from datetime import timedelta
 from typing import Final
 
 from gate_client.targets import Tier
+
+MAX_TARGET_NAME = 63  # the notary's rule (notary.services._TARGET_NAME): 1-63 of a-z0-9_-
+_OUTSIDE_NAME = re.compile(r"[^a-z0-9_-]+")
 
 # Beyond the client's own bound on a request: DNS, the moment between DISPATCHED and the
 # request, clocks apart, a provider finishing after the client gave up.
@@ -59,3 +64,21 @@ def requests_timeouts(timeout: object, whose: str) -> tuple[float, float]:
 
 def _is_seconds(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def target_name(dotted: str) -> str:
+    """A dotted name (a function's ``module.qualname``, an MCP tool's name) as a target name
+    the notary takes: lowercased, each dotted part stripped of what the alphabet lacks
+    (``__main__`` is ``main``, ``<locals>`` goes), the parts joined by '-'. A longer one keeps
+    its last characters and a digest of the whole, so it stays unique."""
+    parts = [
+        _OUTSIDE_NAME.sub("-", part.lower()).strip("_-")
+        for part in dotted.split(".")
+        if part != "<locals>"
+    ]
+    name = "-".join(part for part in parts if part)
+    if name and len(name) <= MAX_TARGET_NAME:
+        return name
+    digest = hashlib.sha256(dotted.encode()).hexdigest()[:8]
+    tail = name[-(MAX_TARGET_NAME - len(digest) - 1) :].lstrip("_-")
+    return f"{tail}-{digest}" if tail else f"target-{digest}"

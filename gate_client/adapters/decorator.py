@@ -25,16 +25,15 @@ The default target name is the function's module and qualified name in the notar
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from gate_client.adapters.declarations import target_name
 from gate_client.adapters.outcomes import (
     EffectNotDone,
     committed_result_ref,
@@ -65,8 +64,6 @@ FromArguments = Callable[..., str]
 DEFAULT_MAX_INFLIGHT = timedelta(seconds=30)
 # The notary's target names (notary.services._TARGET_NAME): 1-63 of a-z, 0-9, '_' and '-',
 # starting and ending with a letter or digit.
-MAX_TARGET_NAME = 63
-_OUTSIDE_NAME = re.compile(r"[^a-z0-9_-]+")
 
 
 @dataclass
@@ -278,21 +275,8 @@ class GatedFunctions:
 
 
 def default_target_name(function: Callable[..., Any]) -> str:
-    """``module-qualname`` as a name the notary takes: lowercased, each dotted part stripped of
-    what its alphabet lacks (``__main__`` is ``main``, ``<locals>`` goes), the parts joined by
-    '-'. A longer one keeps its last characters and a digest of the whole, so it stays unique."""
-    dotted = f"{function.__module__}.{function.__qualname__}"
-    parts = [
-        _OUTSIDE_NAME.sub("-", part.lower()).strip("_-")
-        for part in dotted.split(".")
-        if part != "<locals>"
-    ]
-    name = "-".join(part for part in parts if part)
-    if name and len(name) <= MAX_TARGET_NAME:
-        return name
-    digest = hashlib.sha256(dotted.encode()).hexdigest()[:8]
-    tail = name[-(MAX_TARGET_NAME - len(digest) - 1) :].lstrip("_-")
-    return f"{tail}-{digest}" if tail else f"gated-{digest}"
+    """``module-qualname`` as a name the notary takes (declarations.target_name)."""
+    return target_name(f"{function.__module__}.{function.__qualname__}")
 
 
 def _as_result_ref(result: Any) -> str:

@@ -46,6 +46,7 @@ from typing import Any
 from mcp import Client
 from mcp_types import CallToolResult, ContentBlock, TextContent, Tool, ToolAnnotations
 
+from gate_client.adapters.declarations import target_name
 from gate_client.adapters.outcomes import (
     EffectAmbiguous,
     EffectFailed,
@@ -121,10 +122,13 @@ class _Peer:
 
 @dataclass
 class McpToolTarget:
-    """One gated MCP tool as the gate's Target. `key_argument` receives the effect id;
-    `lookup_tool` is (read-only tool, its effect-id argument), for tier 2."""
+    """One gated MCP tool as the gate's Target: `name` is the target's (the tool's name as the
+    notary takes one, declarations.target_name), `tool` the tool called. `key_argument`
+    receives the effect id; `lookup_tool` is (read-only tool, its effect-id argument), for
+    tier 2."""
 
     name: str
+    tool: str
     tier: Tier
     max_inflight: timedelta
     peer: _Peer
@@ -141,10 +145,10 @@ class McpToolTarget:
         if self.key_argument is not None:
             arguments[self.key_argument] = effect_id
         try:
-            result = self.peer.call(self.name, arguments)
+            result = self.peer.call(self.tool, arguments)
         except Exception as error:
             # A timeout, a lost connection, an unreadable answer: the tool may have run.
-            raise InDoubt(f"{self.name}: {type(error).__name__}: {error}") from error
+            raise InDoubt(f"{self.tool}: {type(error).__name__}: {error}") from error
         answers = _ANSWERS.get()
         if answers is not None:
             answers[effect_id] = result
@@ -154,7 +158,7 @@ class McpToolTarget:
 
     def lookup(self, effect_id: str, payload: Mapping[str, Any]) -> LookupOutcome:
         if self.lookup_tool is None:
-            raise TypeError(f"{self.name} has no lookup tool")
+            raise TypeError(f"{self.tool} has no lookup tool")
         tool, argument = self.lookup_tool
         try:
             result = self.peer.call(tool, {argument: effect_id})
@@ -228,7 +232,7 @@ class GatedTools:
             # Less would let a lookup's "not found" count while the call can still act.
             raise ValueError("max_inflight must be at least call_timeout")
         peer = _Peer(client, asyncio.get_running_loop(), call_timeout)
-        self._targets: dict[str, McpToolTarget] = {}
+        self._targets: dict[str, McpToolTarget] = {}  # by tool
         for name in sorted(self._gated):
             key = _key_argument(by_name[name], key_arguments)
             lookup_tool = None
@@ -243,7 +247,8 @@ class GatedTools:
                 lookup_tool = (lookup, lookup_key)
             idempotent = _hints(by_name[name]).idempotent_hint is True
             self._targets[name] = McpToolTarget(
-                name=name,
+                name=target_name(name),
+                tool=name,
                 tier=Tier.DEDUPES if idempotent else Tier.LOOKUP if lookup_tool else Tier.NEITHER,
                 max_inflight=inflight,
                 peer=peer,
@@ -251,7 +256,11 @@ class GatedTools:
                 lookup_tool=lookup_tool,
                 queryable=lookup_tool is not None,
             )
-        self.gate = Gate(journal, self._targets, premises_for=self._premises_for)
+        named = {target.name: target for target in self._targets.values()}
+        if len(named) != len(self._targets):
+            raise ValueError("two gated tools have names that make the same target name")
+        self._tool_of = {target.name: target.tool for target in named.values()}
+        self.gate = Gate(journal, named, premises_for=self._premises_for)
 
     def is_gated(self, name: str) -> bool:
         return name in self._gated
@@ -280,7 +289,7 @@ class GatedTools:
         action = self.action_for(name, payload)
         proposal = Proposal(
             case_id=self.case_id,
-            target=name,
+            target=target.name,
             action=action,
             payload=payload,
             lease_id=self._lease_for(action),
@@ -311,7 +320,7 @@ class GatedTools:
 
     def _premises_for(self, proposed: Mapping[str, Any]) -> Sequence[Premise]:
         """The premises again at recovery, from the arguments as proposed."""
-        return self._premises_of(proposed["target"], proposed["payload"])
+        return self._premises_of(self._tool_of[proposed["target"]], proposed["payload"])
 
     def _result(self, name: str, receipt: Receipt, answer: CallToolResult | None) -> CallToolResult:
         structured: dict[str, Any] = {"receipt": receipt.to_dict()}

@@ -7,6 +7,7 @@ A lost answer is a tool that stalls past the client's call timeout, before or af
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -97,6 +98,11 @@ class Shop:
             self.tickets.append(interlock_effect_id)
             await self._stall("create_ticket", "after")
             return f"tk_{len(self.tickets)}"
+
+        @server.tool(name="Shop.IssueVoucher")  # MCP takes it; the notary's names do not
+        def issue_voucher(payment: str) -> str:
+            self.refunds.append((payment, 0))
+            return f"vo_{len(self.refunds)}"
 
         @server.tool(annotations=ToolAnnotations(read_only_hint=True))
         def find_ticket(interlock_effect_id: str) -> dict[str, Any]:
@@ -420,3 +426,18 @@ async def test_a_policy_that_would_leave_a_tool_unchecked_is_rejected(
         listing = await client.list_tools()
         with pytest.raises(ValueError, match=error):
             GatedTools(client, world.journal, listing.tools, case_id=CASE, lease_id="l", **policy)
+
+
+async def test_a_tool_named_outside_the_notarys_alphabet_is_a_target_it_takes(
+    world: World,
+) -> None:
+    """MCP allows capitals and dots in a tool's name; the target (and so the effect id) is the
+    name the notary takes, and the tool called is still the server's own."""
+    lease = world.grant("Shop.IssueVoucher")
+    async with world.tools(lease_id={**world.leases, "Shop.IssueVoucher": lease}) as tools:
+        called = await tools.call("Shop.IssueVoucher", {"payment": "pay_1"})
+    receipt = world.verify(called.receipt)
+    assert receipt.final_state == "COMMITTED"
+    assert receipt.proposed["target"] == "shop-issuevoucher"
+    assert re.fullmatch(r"[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?", receipt.proposed["target"])
+    assert world.shop.refunds == [("pay_1", 0)]

@@ -14,7 +14,7 @@ from typing import Any
 
 import stripe
 
-from gate_client.adapters import decorator, resend_email, stripe_refunds
+from gate_client.adapters import declarations, resend_email, stripe_refunds
 from gate_client.adapters.decorator import GatedFunctions, default_target_name
 from gate_client.adapters.resend_email import ResendEmail
 from gate_client.adapters.stripe_refunds import StripeRefunds
@@ -103,7 +103,7 @@ def test_the_decorators_default_names_are_valid_and_distinct(tmp_path: Path) -> 
     for name, own in zip(names[:3], owns, strict=True):
         assert own in name and name.startswith(("tests-", "client-")), name
     assert re.fullmatch(r".*_day-[0-9a-f]{8}", names[6]) and names[6] != names[7]
-    assert all(len(name) <= decorator.MAX_TARGET_NAME for name in names)
+    assert all(len(name) <= declarations.MAX_TARGET_NAME for name in names)
 
     gated = GatedFunctions(LocalJournal(tmp_path / "journal"))
     gated.gated(case_id=lambda order, **_: order, lease_id="lease")(nested())
