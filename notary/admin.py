@@ -77,25 +77,36 @@ class EffectAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         """The effect's page: what it was, what the ledger says, and for an AMBIGUOUS or
         contradicted one that the viewer may decide, the decision."""
-        effect = self.get_object(request, object_id)
+        # Any state: an effect someone decided meanwhile is shown as decided, not as a 404.
+        effect = Effect.objects.select_related("tenant").filter(pk=object_id).first()
         if effect is None or not self.has_view_permission(request, effect):
             raise Http404("no such effect")
         open_ = effect.state == "AMBIGUOUS" or effect.contradicted
-        may_resolve = open_ and request.user.has_perm("notary.resolve_effect")
-        form = ResolveForm(request.POST or None) if may_resolve else None
+        may_decide = request.user.has_perm("notary.resolve_effect")
+        form = ResolveForm(request.POST or None) if open_ and may_decide else None
+        overtaken: str | None = None  # what the reviewer posted, kept when it came too late
         if request.method == "POST":
-            if form is None:
+            if not may_decide:
                 raise PermissionDenied("this effect cannot be resolved by you")
-            if form.is_valid():
-                entry = services.effect_resolve(
-                    tenant=effect.tenant,
-                    effect_id=effect.effect_id,
-                    happened=form.cleaned_data["happened"],
-                    reason=form.cleaned_data["reason"],
-                    by=request.user.get_username(),
-                )
-                messages.success(request, f"Resolved {effect.effect_id}: ledger entry {entry.seq}")
-                return HttpResponseRedirect(reverse("admin:notary_ambiguouseffect_changelist"))
+            if form is None:
+                overtaken = request.POST.get("reason", "")
+            elif form.is_valid():
+                try:
+                    entry = services.effect_resolve(
+                        tenant=effect.tenant,
+                        effect_id=effect.effect_id,
+                        happened=form.cleaned_data["happened"],
+                        reason=form.cleaned_data["reason"],
+                        by=request.user.get_username(),
+                    )
+                except NotaryConflict:  # decided between this page and this submit
+                    overtaken, form = form.cleaned_data["reason"], None
+                    effect.refresh_from_db()
+                else:
+                    messages.success(
+                        request, f"Resolved {effect.effect_id}: ledger entry {entry.seq}"
+                    )
+                    return HttpResponseRedirect(reverse("admin:notary_ambiguouseffect_changelist"))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -103,6 +114,8 @@ class EffectAdmin(ReadOnlyAdmin):
             "effect": effect,
             "review": selectors.effect_review(effect=effect),
             "form": form,
+            "overtaken": overtaken,
+            "decided": selectors.last_resolution(effect=effect) if overtaken is not None else None,
         }
         return TemplateResponse(request, "admin/notary/effect/review.html", context)
 

@@ -233,6 +233,16 @@ def effect_review(*, effect: Effect) -> Review:
     )
 
 
+def last_resolution(*, effect: Effect) -> LedgerEntry | None:
+    """The effect's latest RESOLVED entry (who decided, when, why), if a person decided it."""
+    resolved = [
+        e
+        for e in effect_entries(log=effect.tenant.log, effect_id=effect.effect_id)
+        if e.kind == EntryKind.RESOLVED
+    ]
+    return resolved[-1] if resolved else None
+
+
 def effect_projection_differences(*, tenant: Tenant) -> list[str]:
     """How the tenant's Effect table differs from what its ledger entries give (the rows
     rebuild_effects would write), one line per effect; empty when the projection is the

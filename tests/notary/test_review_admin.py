@@ -181,3 +181,38 @@ def test_a_decision_contradicted_by_evidence_returns_to_the_queue_with_a_banner(
     assert decided.status_code == 302
     effect = Effect.objects.get(pk=ambiguous.pk)
     assert (effect.state, effect.contradicted) == ("RESOLVED_HAPPENED", False)
+
+
+def _resolved(effect: Effect) -> list[dict[str, object]]:
+    entries = iter_entries(log=effect.tenant.log)
+    return [e.body_value() for e in entries if e.kind == EntryKind.RESOLVED]
+
+
+@pytest.mark.parametrize("raced", [False, True])
+def test_a_second_reviewer_is_told_who_decided_and_keeps_what_they_wrote(
+    ambiguous: Effect, raced: bool
+) -> None:
+    """Two reviewers open the same effect; the first records a decision. The second's submit
+    gets the page again, not a 404 or a 500: who decided, when and why, their own text kept,
+    and no second RESOLVED. `raced`: the second submit passes the page's check (the effects
+    row still says AMBIGUOUS, as just before the first decision committed) and is refused by
+    the service."""
+    page = f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/"
+    fiona, gil = staff("fiona", FINANCE_REVIEWERS), staff("gil", FINANCE_REVIEWERS)
+    assert "Record the decision" in gil.get(page).content.decode()
+    first = fiona.post(page, {"happened": "yes", "reason": "The customer has the email."})
+    assert first.status_code == 302
+    if raced:
+        Effect.objects.filter(pk=ambiguous.pk).update(state="AMBIGUOUS")
+    mine = "Mail log shows nothing sent for case-4711; I say it did not happen."
+    second = gil.post(page, {"happened": "no", "reason": mine})
+    html = second.content.decode()
+    assert second.status_code == 200
+    assert "Someone decided this effect meanwhile: your decision was not recorded" in html
+    assert "Decided by <strong>fiona</strong>" in html
+    assert "it happened — “The customer has the email.”" in html
+    assert f'<textarea id="your-reason" rows="3" cols="80" readonly>{mine}</textarea>' in html
+    assert "Record the decision" not in html
+    assert _resolved(ambiguous) == [
+        {"by": "fiona", "happened": True, "reason": "The customer has the email."}
+    ]
