@@ -58,6 +58,8 @@ class ResolveForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
         help_text="What you checked, and where: it is recorded in the ledger with your name.",
     )
+    # Set by the confirmation step: the decision is written only once it was shown back.
+    confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 
 
 @admin.register(Effect)
@@ -85,11 +87,14 @@ class EffectAdmin(ReadOnlyAdmin):
         may_decide = request.user.has_perm("notary.resolve_effect")
         form = ResolveForm(request.POST or None) if open_ and may_decide else None
         overtaken: str | None = None  # what the reviewer posted, kept when it came too late
+        confirming: ResolveForm | None = None
         if request.method == "POST":
             if not may_decide:
                 raise PermissionDenied("this effect cannot be resolved by you")
             if form is None:
                 overtaken = request.POST.get("reason", "")
+            elif form.is_valid() and not form.cleaned_data["confirmed"]:
+                confirming = form  # shown back, to be confirmed once
             elif form.is_valid():
                 try:
                     entry = services.effect_resolve(
@@ -115,6 +120,7 @@ class EffectAdmin(ReadOnlyAdmin):
             "review": selectors.effect_review(effect=effect),
             "form": form,
             "overtaken": overtaken,
+            "confirming": confirming,
             "decided": selectors.last_resolution(effect=effect) if overtaken is not None else None,
         }
         return TemplateResponse(request, "admin/notary/effect/review.html", context)

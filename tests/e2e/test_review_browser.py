@@ -92,6 +92,10 @@ def test_a_reviewer_resolves_an_ambiguous_effect_in_the_browser(
         "The email service's outbox has no message for case-4711."
     )
     browser.find_element(By.CSS_SELECTOR, "#resolve input[type=submit]").click()
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "confirm"))
+    assert browser.find_element(By.ID, "confirm-decision").text == "It did not happen"
+    assert not [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == EntryKind.RESOLVED]
+    browser.find_element(By.CSS_SELECTOR, "#confirm input[type=submit]").click()
 
     WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/ambiguouseffect/"))
     assert "Resolved " + ambiguous.effect_id in browser.page_source

@@ -69,7 +69,11 @@ def test_a_reviewer_sees_the_queue_reads_the_effect_and_resolves_it(ambiguous: E
 
     decided = reviewer.post(
         f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/",
-        {"happened": "no", "reason": "The mail service's log shows no message for this case."},
+        {
+            "happened": "no",
+            "reason": "The mail service's log shows no message for this case.",
+            "confirmed": "True",
+        },
     )
     assert decided.status_code == 302
     assert decided["Location"] == "/admin/notary/ambiguouseffect/"
@@ -176,7 +180,7 @@ def test_a_decision_contradicted_by_evidence_returns_to_the_queue_with_a_banner(
     assert "Record the decision" in page
     decided = reviewer.post(
         f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/",
-        {"happened": "yes", "reason": "The mailer's statement shows it went."},
+        {"happened": "yes", "reason": "The mailer's statement shows it went.", "confirmed": "True"},
     )
     assert decided.status_code == 302
     effect = Effect.objects.get(pk=ambiguous.pk)
@@ -200,12 +204,14 @@ def test_a_second_reviewer_is_told_who_decided_and_keeps_what_they_wrote(
     page = f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/"
     fiona, gil = staff("fiona", FINANCE_REVIEWERS), staff("gil", FINANCE_REVIEWERS)
     assert "Record the decision" in gil.get(page).content.decode()
-    first = fiona.post(page, {"happened": "yes", "reason": "The customer has the email."})
+    first = fiona.post(
+        page, {"happened": "yes", "reason": "The customer has the email.", "confirmed": "True"}
+    )
     assert first.status_code == 302
     if raced:
         Effect.objects.filter(pk=ambiguous.pk).update(state="AMBIGUOUS")
     mine = "Mail log shows nothing sent for case-4711; I say it did not happen."
-    second = gil.post(page, {"happened": "no", "reason": mine})
+    second = gil.post(page, {"happened": "no", "reason": mine, "confirmed": "True"})
     html = second.content.decode()
     assert second.status_code == 200
     assert "Someone decided this effect meanwhile: your decision was not recorded" in html
@@ -216,3 +222,22 @@ def test_a_second_reviewer_is_told_who_decided_and_keeps_what_they_wrote(
     assert _resolved(ambiguous) == [
         {"by": "fiona", "happened": True, "reason": "The customer has the email."}
     ]
+
+
+def test_a_decision_is_shown_back_and_written_only_once_confirmed(ambiguous: Effect) -> None:
+    page = f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/"
+    fiona = staff("fiona", FINANCE_REVIEWERS)
+    reason = "The outbox shows it <sent> at 09:14."
+    shown = fiona.post(page, {"happened": "yes", "reason": reason})
+    html = shown.content.decode()
+    assert shown.status_code == 200
+    assert "Check it before it is written" in html
+    assert '<td id="confirm-decision">It happened</td>' in html
+    assert '<td id="confirm-reason">The outbox shows it &lt;sent&gt; at 09:14.</td>' in html
+    assert (
+        "as <strong>fiona</strong>&#x27;s decision" in html or "as <strong>fiona</strong>'s" in html
+    )
+    assert _resolved(ambiguous) == []  # nothing written yet
+    confirmed = fiona.post(page, {"happened": "yes", "reason": reason, "confirmed": "True"})
+    assert confirmed.status_code == 302
+    assert _resolved(ambiguous) == [{"by": "fiona", "happened": True, "reason": reason}]
