@@ -133,6 +133,13 @@ class AmbiguousEffectAdmin(EffectAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return selectors.review_queue(super().get_queryset(request))
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Titled as what it is, not Django's "Select ... to view"."""
+        title = {"title": "Review queue: AMBIGUOUS or contradicted effects"}
+        return super().changelist_view(request, {**title, **(extra_context or {})})
+
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):

@@ -228,4 +228,4 @@ class AmbiguousEffect(Effect):
     class Meta:
         proxy = True
         verbose_name = "effect to review"
-        verbose_name_plural = "review queue: AMBIGUOUS or contradicted effects"
+        verbose_name_plural = "effects to review"

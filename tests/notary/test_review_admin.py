@@ -47,7 +47,10 @@ def test_a_reviewer_sees_the_queue_reads_the_effect_and_resolves_it(ambiguous: E
     reviewer = staff("fiona", FINANCE_REVIEWERS)
     queue = reviewer.get("/admin/notary/ambiguouseffect/")
     assert queue.status_code == 200
-    assert ambiguous.effect_id in queue.content.decode()
+    listing = queue.content.decode()
+    assert ambiguous.effect_id in listing
+    assert "<h1>Review queue: AMBIGUOUS or contradicted effects</h1>" in listing
+    assert "1 effect to review" in listing and "Select " not in listing
 
     page = reviewer.get(f"/admin/notary/ambiguouseffect/{ambiguous.pk}/change/")
     html = page.content.decode()
