@@ -42,39 +42,43 @@ TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TAR
 # schema refuses the API refuses too. (Query parameters, always strings, keep DRF's fields.)
 
 
-class StrictCharField(serializers.CharField):
-    def to_internal_value(self, data: Any) -> str:
+class _JsonString(serializers.Field):  # type: ignore[type-arg]
+    """Takes a JSON string only, then validates as the string field it is mixed into."""
+
+    def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
-class StrictRegexField(serializers.RegexField):
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+class _JsonNumber(serializers.Field):  # type: ignore[type-arg]
+    """Takes a JSON number only (not a string, not true or false), then validates as the
+    number field it is mixed into."""
 
-
-class StrictURLField(serializers.URLField):
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    def to_internal_value(self, data: Any) -> int:
+    def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, bool | str):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
-class StrictFloatField(serializers.FloatField):
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool | str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+class StrictCharField(_JsonString, serializers.CharField):
+    pass
+
+
+class StrictRegexField(_JsonString, serializers.RegexField):
+    pass
+
+
+class StrictURLField(_JsonString, serializers.URLField):
+    pass
+
+
+class StrictIntegerField(_JsonNumber, serializers.IntegerField):
+    pass
+
+
+class StrictFloatField(_JsonNumber, serializers.FloatField):
+    pass
 
 
 class StrictBooleanField(serializers.BooleanField):
