@@ -68,6 +68,13 @@ def published_checkpoint(*, log: Log) -> Checkpoint | None:
     return checkpoints.order_by("-size").first()
 
 
+def trusted_cosigners(*, checkpoint: Checkpoint) -> int:
+    """How many of the configured witnesses cosigned the checkpoint: what a quorum counts."""
+    configured = {(w.name, f"{w.key_id:08x}") for w in configured_witness_keys()}
+    stored = checkpoint.cosignatures.values_list("witness", "key_id")
+    return len(configured.intersection(stored))
+
+
 def configured_witness_keys() -> list[CosignerVerifier]:
     """The keys of the witnesses in settings.LEDGER_WITNESSES."""
     return [parse_cosigner_vkey(vkey) for _, vkey in settings.LEDGER_WITNESSES]

@@ -55,6 +55,7 @@ from ledger.selectors import (
     published_checkpoint,
     signing_keys,
     tlog_proofs,
+    trusted_cosigners,
 )
 from notary.errors import NotaryConflict, NotaryInputError
 from notary.models import Effect, Lease, Tenant
@@ -157,12 +158,9 @@ def unpublished(tenant: Tenant) -> str:
             f"`manage.py sign_checkpoint --log {log.origin}`; export again once one is "
             f"signed{witnessed}"
         )
-    configured = {(w.name, f"{w.key_id:08x}") for w in configured_witness_keys()}
-    cosigned = sum(
-        (witness, key_id) in configured
-        for witness, key_id in latest.cosignatures.values_list("witness", "key_id")
-    )
-    short = f" (only {len(configured)} configured)" if len(configured) < required else ""
+    cosigned = trusted_cosigners(checkpoint=latest)
+    configured = len(configured_witness_keys())
+    short = f" (only {configured} configured)" if configured < required else ""
     return (
         f"log {log.origin} publishes a checkpoint only once {required} of its witnesses "
         f"(LEDGER_WITNESSES) cosigned it, and none is yet: its latest, of size {latest.size}, "
