@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gate_client.money import payload_money
 from ledger.core.entries import Entry
 
 
@@ -22,25 +23,20 @@ class Writable(Protocol):
 class Summary:
     """An auditor's totals of the receipts verified: how many, and how much money, per month
     the effect was proposed in, target, final state and currency. The amount is the proposed
-    payload's `amount_cents` (or `amount`, as Stripe writes it), in minor units, of its
-    `currency` (blank when the payload names none); a payload with neither amount counts with
-    no amount."""
+    payload's (gate_client.money), in minor units; a payload with none counts with no amount."""
 
     rows: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # -> receipts
     amounts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
 
     def add(self, final_state: str, proposed: Entry) -> None:
         body = proposed.body_value()
-        payload = body["payload"] if isinstance(body.get("payload"), dict) else {}
-        amount = payload.get("amount_cents", payload.get("amount"))
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            amount = None
-        currency = str(payload.get("currency", "")).upper() if amount is not None else ""
+        money = payload_money(body.get("payload"))
+        currency = money.currency if money is not None else ""
         month = proposed.created_at.strftime("%Y-%m")
         key = (month, str(body.get("target", "")), final_state, currency)
         self.rows[key] += 1
-        if amount is not None:
-            self.amounts[key] += amount
+        if money is not None:
+            self.amounts[key] += money.amount_minor
 
     def write_csv(self, out: Writable) -> None:
         writer = csv.writer(out)

@@ -8,10 +8,12 @@ import itertools
 from datetime import timedelta
 from typing import Any
 
+from babel.numbers import get_currency_precision, list_currencies
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Case, ExpressionWrapper, F, FloatField, Q, QuerySet, Value, When
+from django.db.models.expressions import OrderBy
 from django.http import (
     Http404,
     HttpRequest,
@@ -22,17 +24,21 @@ from django.http import (
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
 from notary.errors import NotaryConflict, NotaryInputError
 from notary.exports import export_receipts
 from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, LeaseRequest, Target, Tenant
+from notary.templatetags.review import money
 
 
 class AgeFilter(admin.SimpleListFilter):
     title = "age"
     parameter_name = "age"
+    since = "proposed_at"  # the moment an effect's age counts from
     _AGES = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -44,7 +50,86 @@ class AgeFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         age = self._AGES.get(self.value() or "")
-        return queryset if age is None else queryset.filter(proposed_at__lte=timezone.now() - age)
+        if age is None:
+            return queryset
+        return queryset.filter(**{f"{self.since}__lte": timezone.now() - age})
+
+
+class WaitingFilter(AgeFilter):
+    """In the review queue, age is how long an effect has waited for a person."""
+
+    title = "waiting"
+    since = "queued_at"
+
+
+class OverdueFilter(admin.SimpleListFilter):
+    title = "review SLA"
+    parameter_name = "overdue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "overdue"), ("no", "within its SLA")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        now = timezone.now()
+        if self.value() == "yes":
+            return queryset.filter(review_due__lte=now)
+        if self.value() == "no":
+            return queryset.filter(review_due__gt=now)
+        return queryset
+
+
+class AmountFilter(admin.SimpleListFilter):
+    """Amounts in each effect's own currency, counted in its major unit (dollars, yen)."""
+
+    title = "amount"
+    parameter_name = "amount"
+    _BANDS = {"small": (None, 100), "medium": (100, 1000), "large": (1000, None)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("small", "under 100"),
+            ("medium", "100 to 1,000"),
+            ("large", "1,000 or more"),
+            ("none", "no amount"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "none":
+            return queryset.filter(amount_minor__isnull=True)
+        band = self._BANDS.get(self.value() or "")
+        if band is None:
+            return queryset
+        low, high = band
+        chosen = Q(pk__in=[])
+        for currency in queryset.values_list("currency", flat=True).distinct():
+            unit = 10 ** (get_currency_precision(currency) if currency else 2)  # none: as cents
+            within = Q(currency=currency, amount_minor__isnull=False)
+            if low is not None:
+                within &= Q(amount_minor__gte=low * unit)
+            if high is not None:
+                within &= Q(amount_minor__lt=high * unit)
+            chosen |= within
+        return queryset.filter(chosen)
+
+
+def _amount_in_major_units() -> ExpressionWrapper[Case]:
+    """An effect's amount in whole units of its own currency (dollars, yen), to sort by."""
+    minor = ExpressionWrapper(F("amount_minor") * Value(1.0), output_field=FloatField())
+    exponents = {code: get_currency_precision(code) for code in list_currencies()}
+    return ExpressionWrapper(
+        Case(
+            *[
+                When(currency=code, then=minor / Value(10.0**exponent))
+                for code, exponent in sorted(exponents.items())
+                if exponent != 2
+            ],
+            default=minor / Value(100.0),
+        ),
+        output_field=FloatField(),
+    )
+
+
+_AMOUNT_MAJOR = _amount_in_major_units()
 
 
 class ResolveForm(forms.Form):
@@ -64,11 +149,28 @@ class ResolveForm(forms.Form):
 
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
-    list_display = ["effect_id", "case_id", "target", "state", "tenant", "proposed_at"]
-    list_filter = ["state", "target", "tenant", AgeFilter]
+    list_display = [
+        "effect_id",
+        "amount",
+        "action",
+        "case_id",
+        "target",
+        "state",
+        "tenant",
+        "proposed_at",
+    ]
+    list_filter = ["state", "target", "tenant", AgeFilter, AmountFilter, "currency"]
     search_fields = ["effect_id", "case_id"]
     ordering = ["proposed_at"]
     list_select_related = ["tenant"]
+
+    @admin.display(description="amount", ordering=OrderBy(F("amount_major"), nulls_last=True))
+    def amount(self, effect: Any) -> str:
+        return money(effect.amount_minor, effect.currency)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        effects: QuerySet[Any] = super().get_queryset(request).annotate(amount_major=_AMOUNT_MAJOR)
+        return effects
 
     def change_view(
         self,
@@ -128,7 +230,21 @@ class EffectAdmin(ReadOnlyAdmin):
 
 @admin.register(AmbiguousEffect)
 class AmbiguousEffectAdmin(EffectAdmin):
-    list_filter = ["target", "tenant", AgeFilter]
+    list_display = ["effect_id", "amount", "action", "case_id", "target", "waiting", "tenant"]
+    list_filter = [OverdueFilter, WaitingFilter, AmountFilter, "currency", "target", "tenant"]
+    ordering = ["queued_at"]
+
+    @admin.display(description="waiting", ordering="queued_at")
+    def waiting(self, effect: Any) -> str:
+        """How long it has waited for a person, marked once past its target's review SLA."""
+        if effect.queued_at is None:
+            return "-"
+        now = timezone.now()
+        waited = timesince(effect.queued_at, now, depth=1)
+        if effect.review_due is not None and effect.review_due <= now:
+            overdue = timesince(effect.review_due, now, depth=1)
+            return format_html('<span class="overdue">{} · overdue by {}</span>', waited, overdue)
+        return waited
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return selectors.review_queue(super().get_queryset(request))

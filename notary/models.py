@@ -14,6 +14,7 @@ from ledger.models import Log
 # What an approver may grant unless the tenant's policy says otherwise.
 DEFAULT_MAX_LEASE_AMOUNT_CENTS = 1_000_000
 DEFAULT_MAX_LEASE_DURATION = timedelta(days=30)
+DEFAULT_REVIEW_SLA = timedelta(hours=24)
 
 
 class Tenant(models.Model):
@@ -113,6 +114,11 @@ class Target(models.Model):
     # target has forgotten the key: past the key window it is not tier 2.
     lookup_needs_key = models.BooleanField(default=False)
     lookup_url = models.URLField(blank=True)  # the notary's own lookup, for tier 2
+    # How long its effects may wait for a person in the review queue before they are overdue.
+    review_sla = models.DurationField(
+        default=DEFAULT_REVIEW_SLA,
+        help_text="how long an effect may wait in the review queue before it is overdue",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -126,6 +132,9 @@ class Target(models.Model):
             models.CheckConstraint(
                 condition=models.Q(key_window__isnull=True) | models.Q(tier=Tier.DEDUPES),
                 name="target_key_window_tier1",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(review_sla__gt=timedelta(0)), name="target_review_sla_positive"
             ),
         ]
 
@@ -206,6 +215,11 @@ class Effect(models.Model):
     result_ref = models.CharField(max_length=255, blank=True)
     # Evidence at odds with the final state that no person has settled: back in the queue.
     contradicted = models.BooleanField(default=False)
+    # What it moves, as its payload says (gate_client.money): shown and filtered as money.
+    amount_minor = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True)
+    # Since when it waits for a person (AMBIGUOUS, or contradicted); null: for nobody.
+    queued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

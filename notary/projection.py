@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from gate_client.protocol import entry_state, last_attempt, standing
+from gate_client.money import payload_money
+from gate_client.protocol import Standing, entry_state, last_attempt, standing
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
 
@@ -19,7 +21,9 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
     receipt = derive_receipt(history, proposed.effect_id)
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
     first = next((e for e in history if entry_state(e) is not None), None)
-    stands = standing(history).verdict
+    stood = standing(history)
+    stands = stood.verdict
+    money = payload_money(body.get("payload"))
     result_ref = (
         stands.body_value().get("result_ref", "")
         if stands is not None and stands.kind == EntryKind.COMMITTED
@@ -40,4 +44,18 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
         "settled_at": first.created_at if first is not None else None,
         "result_ref": result_ref,
         "contradicted": receipt.contradicted,
+        "amount_minor": money.amount_minor if money is not None else None,
+        "currency": money.currency if money is not None else "",
+        "queued_at": _queued_at(history, stood),
     }
+
+
+def _queued_at(history: Sequence[Entry], stood: Standing) -> datetime | None:
+    """When the effect began waiting for a person: its first open contradiction's entry, else
+    its AMBIGUOUS verdict; None when it waits for nobody. A review's age counts from here."""
+    contradicting = {seq for c in stood.contradictions for seq in c.seqs}
+    if contradicting:
+        return min(e.created_at for e in history if e.seq in contradicting)
+    if stood.verdict is not None and stood.verdict.kind == EntryKind.AMBIGUOUS:
+        return stood.verdict.created_at
+    return None

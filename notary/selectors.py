@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import (
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
 from gate_client.protocol import Intent, Negative, evidence_answer
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
@@ -26,7 +37,7 @@ from ledger.selectors import (
 )
 from notary.errors import NotaryNotFound
 from notary.explain import explain
-from notary.models import ApiKey, Effect, Lease, Target, Tenant
+from notary.models import DEFAULT_REVIEW_SLA, ApiKey, Effect, Lease, Target, Tenant
 from notary.projection import effect_fields
 from notary.services import TOKEN_PREFIX, secret_digest
 
@@ -140,9 +151,20 @@ def receipt_summary(*, tenant: Tenant, chunk_size: int = 2000) -> Summary:
 
 def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:
     """The effects (of `effects`, else all) waiting for a person: AMBIGUOUS, or whose evidence
-    contradicts the verdict. The admin's review queue and its counts are this."""
+    contradicts the verdict. The admin's review queue and its counts are this. Each carries
+    `review_due`: when it is overdue, by its target's review SLA counted from `queued_at`."""
     chosen = effects if effects is not None else Effect.objects.all()
-    return chosen.filter(Q(state="AMBIGUOUS") | Q(contradicted=True))
+    sla = Target.objects.filter(tenant=OuterRef("tenant"), name=OuterRef("target"))
+    return chosen.filter(Q(state="AMBIGUOUS") | Q(contradicted=True)).annotate(
+        review_due=ExpressionWrapper(
+            F("queued_at")
+            + Coalesce(
+                Subquery(sla.values("review_sla")[:1]),
+                Value(DEFAULT_REVIEW_SLA, output_field=DurationField()),
+            ),
+            output_field=DateTimeField(),
+        )
+    )
 
 
 def review_queue_size(*, tenant: Tenant) -> int:

@@ -15,7 +15,7 @@ from ledger.api.schema import ErrorOutput
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
 from ledger.core.entries import Entry as LedgerEntry
-from notary.models import Effect, Lease, LeaseRequest, Target
+from notary.models import DEFAULT_REVIEW_SLA, Effect, Lease, LeaseRequest, Target
 from notary.services import (
     MAX_ACTION,
     MAX_CASE_ID,
@@ -237,11 +237,16 @@ class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
         required=False, default=False, help_text="for a queryable target with a key window"
     )
     lookup_url = StrictURLField(required=False, default="", allow_blank=True, max_length=200)
+    review_sla_seconds = WindowSeconds(
+        required=False,
+        default=DEFAULT_REVIEW_SLA.total_seconds(),
+        help_text="how long its effects may wait in the review queue before they are overdue",
+    )
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         """Seconds in, durations out, as the service takes them."""
         windows = {}
-        for name in ("max_inflight", "key_window", "evidence_window"):
+        for name in ("max_inflight", "key_window", "evidence_window", "review_sla"):
             seconds = data.pop(f"{name}_seconds")
             if seconds is not None and not math.isfinite(seconds):
                 raise serializers.ValidationError({f"{name}_seconds": "a finite number"})
@@ -255,6 +260,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     max_inflight_seconds = serializers.SerializerMethodField()
     key_window_seconds = serializers.SerializerMethodField()
     evidence_window_seconds = serializers.SerializerMethodField()
+    review_sla_seconds = serializers.SerializerMethodField()
 
     class Meta:
         model = Target
@@ -268,6 +274,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "attests_before_acting",
             "lookup_needs_key",
             "lookup_url",
+            "review_sla_seconds",
             "created_at",
         ]
 
@@ -280,6 +287,9 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     def get_evidence_window_seconds(self, target: Target) -> float | None:
         window = target.evidence_window
         return window.total_seconds() if window is not None else None
+
+    def get_review_sla_seconds(self, target: Target) -> float:
+        return target.review_sla.total_seconds()
 
 
 class LeaseRevokeInput(serializers.Serializer):  # type: ignore[type-arg]

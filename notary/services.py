@@ -60,6 +60,7 @@ from notary.identities import canonical_holder, same_holder
 from notary.models import (
     DEFAULT_MAX_LEASE_AMOUNT_CENTS,
     DEFAULT_MAX_LEASE_DURATION,
+    DEFAULT_REVIEW_SLA,
     ApiKey,
     Effect,
     Lease,
@@ -253,6 +254,7 @@ def target_register(
     attests_before_acting: bool = False,
     lookup_needs_key: bool = False,
     lookup_url: str = "",
+    review_sla: timedelta = DEFAULT_REVIEW_SLA,
 ) -> Target:
     """Declare a target. What it allows is a claim the gate's guarantees rest on, so claims
     that contradict each other are refused rather than stored."""
@@ -272,6 +274,7 @@ def target_register(
         ("max_inflight", max_inflight),
         ("key_window", key_window),
         ("evidence_window", evidence_window),
+        ("review_sla", review_sla),
     ):
         if window is not None and window <= timedelta(0):
             raise NotaryInputError(f"{label} must be positive")
@@ -288,6 +291,7 @@ def target_register(
         attests_before_acting=attests_before_acting,
         lookup_needs_key=lookup_needs_key,
         lookup_url=lookup_url,
+        review_sla=review_sla,
     )
 
 

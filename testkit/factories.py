@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from gate_client.proposal import Proposal
 from notary import services
-from notary.models import ApiKey, Lease, Target, Tenant
+from notary.models import DEFAULT_REVIEW_SLA, ApiKey, Lease, Target, Tenant
 
 INSTANT = timedelta(milliseconds=1)
 
@@ -28,6 +28,7 @@ def register(
     lookup_url: str = "",
     queryable: bool | None = None,
     key_window: timedelta | None = None,
+    review_sla: timedelta = DEFAULT_REVIEW_SLA,
 ) -> Target:
     """A target of `tier`, queryable when it is tier 2 unless `queryable` says otherwise."""
     return services.target_register(
@@ -39,6 +40,7 @@ def register(
         key_window=key_window,
         evidence_window=evidence_window,
         lookup_url=lookup_url,
+        review_sla=review_sla,
     )
 
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notary import services
 from notary.errors import NotaryInputError
-from notary.models import Tenant
+from notary.models import DEFAULT_REVIEW_SLA, Tenant
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -41,6 +41,12 @@ class Command(BaseCommand):
             "--lookup-needs-key", action="store_true", help="its lookup asks about the key"
         )
         parser.add_argument("--lookup-url", default="", help="the notary's own lookup, tier 2")
+        parser.add_argument(
+            "--review-sla",
+            type=float,
+            default=DEFAULT_REVIEW_SLA.total_seconds(),
+            help="seconds its effects may wait in the review queue before they are overdue",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
@@ -58,6 +64,7 @@ class Command(BaseCommand):
                 attests_before_acting=options["attests_before_acting"],
                 lookup_needs_key=options["lookup_needs_key"],
                 lookup_url=options["lookup_url"],
+                review_sla=timedelta(seconds=options["review_sla"]),
             )
         except (NotaryInputError, OverflowError) as exc:
             raise CommandError(str(exc)) from exc

@@ -1,0 +1,76 @@
+"""What the review desk shows, as a finance reviewer reads it: money as "$12,500.00" and
+"¥1,250", never `amount_cents 1250000` (symbols, grouping and each currency's minor unit are
+Babel's, from CLDR), and ledger bodies as indented JSON, never Python reprs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from babel.numbers import format_currency, format_decimal, get_currency_precision
+from django import template
+from django.conf import settings
+from django.utils.translation import to_locale
+
+from gate_client.money import AMOUNT_FIELDS
+
+register = template.Library()
+
+
+def _locale() -> str:
+    return to_locale(settings.LANGUAGE_CODE)
+
+
+@register.filter
+def money(amount_minor: int | None, currency: str = "") -> str:
+    """`amount_minor` in `currency`'s minor unit as money; with no currency, the bare number
+    said to be in minor units, since its worth cannot be known."""
+    if amount_minor is None:
+        return "-"
+    if not currency:
+        return f"{format_decimal(amount_minor, locale=_locale())} (minor units, no currency)"
+    major = Decimal(amount_minor).scaleb(-get_currency_precision(currency))
+    return str(format_currency(major, currency, locale=_locale()))
+
+
+@register.filter
+def limits(bounds: Mapping[str, int] | None, currency: str = "") -> str:
+    """A lease's limits in words: an amount limit as money in `currency` (the effect's), or in
+    minor units of whatever currency the payload names when none is given."""
+    if not bounds:
+        return "no limits"
+    words = []
+    for name, maximum in sorted(bounds.items()):
+        if name in AMOUNT_FIELDS:
+            worth = (
+                money(maximum, currency)
+                if currency
+                else f"{format_decimal(maximum, locale=_locale())} in the payload's minor units"
+            )
+            words.append(f"amount at most {worth}")
+        else:
+            words.append(f"{name} at most {format_decimal(maximum, locale=_locale())}")
+    return "; ".join(words)
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """A ledger body or an observation as the JSON it was written as, indented to be read."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def payload_rows(payload: Any, currency: str) -> list[tuple[str, str]]:
+    """The payload's fields as (name, shown): its amount as money beside the raw number, text
+    as it is, anything structured as JSON."""
+    if not isinstance(payload, Mapping):
+        return [("payload", as_json(payload))]
+    rows = []
+    for name, value in payload.items():
+        if name in AMOUNT_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+            rows.append((name, f"{money(value, currency)} ({name} {value})"))
+        else:
+            rows.append((name, value if isinstance(value, str) else as_json(value)))
+    return rows
