@@ -1,16 +1,18 @@
 """One plain sentence saying what an effect's final state means, for finance staff who are not
-engineers: what happened, how the notary knows, and what, if anything, a person must do."""
+engineers: what happened, how the notary knows, and what, if anything, a person must do. Every
+word comes from the effect's own entries (the verdict's body says which rule reached it), never
+from today's target record: a sentence must stay true of what actually happened."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from gate_client.protocol import standing
 from gate_client.receipts import Receipt
-from ledger.core.entries import Entry
+from ledger.core.entries import Entry, EntryKind
 
 _REFUSALS = {
     "lease_revoked": "the approval was withdrawn before it could be sent",
@@ -21,23 +23,24 @@ _REFUSALS = {
 }
 
 
-def explain(
-    receipt: Receipt,
-    history: Sequence[Entry],
-    *,
-    target: str,
-    evidence_window: timedelta | None = None,
-) -> str:
+def explain(receipt: Receipt, history: Sequence[Entry], *, target: str) -> str:
     """The sentence for the receipt's final state, from the verdict that stands: a state of its
-    own (COMMITTED, AMBIGUOUS, ...) by the table, a failure or refusal by its reason."""
-    state = receipt.final_state
+    own (COMMITTED, AMBIGUOUS, ...) by the table, a failure or refusal by its reason; and when
+    evidence contradicts it, what contradicts what."""
     verdict = standing(history).verdict
     case = _Case(
         target=target,
         body=verdict.body_value() if verdict is not None else {},
         history=history,
-        evidence_window=evidence_window,
+        verdict=verdict,
     )
+    if receipt.contradicted:
+        return _contradicted(case, receipt)
+    return _stated(case, receipt.final_state)
+
+
+def _stated(case: _Case, state: str) -> str:
+    target = case.target
     sentence = _SENTENCES.get(state)
     if sentence is not None:
         return sentence(case)
@@ -50,13 +53,13 @@ def explain(
 
 @dataclass(frozen=True)
 class _Case:
-    """What a sentence may draw on: the target's name, the standing verdict's body, the
-    effect's entries and the target's evidence window."""
+    """What a sentence may draw on: the target's name, the standing verdict and its body, and
+    the effect's entries."""
 
     target: str
     body: dict[str, Any]
     history: Sequence[Entry]
-    evidence_window: timedelta | None
+    verdict: Entry | None
 
     @property
     def reference(self) -> Any:
@@ -86,12 +89,66 @@ def _committed_on_evidence(case: _Case) -> str:
 
 
 def _ambiguous(case: _Case) -> str:
-    window = case.evidence_window
-    waited = f" within {_duration(window)}" if window is not None else " to say"
+    """Why it cannot be known, by the rule the AMBIGUOUS entry says reached it."""
+    recheck = case.body.get("recheck")
+    said: Mapping[str, Any] = recheck if isinstance(recheck, Mapping) else {}
+    target = case.target
+    if "evidence" in said:
+        waited = _waited(case)
+        why = (
+            f"no evidence of it arrived in the {_duration(waited)} between sending it and this "
+            "verdict, and silence does not prove it was not done"
+            if waited is not None
+            else "no evidence of it arrived, and silence does not prove it was not done"
+        )
+    elif said.get("lookup") == "unknown":
+        why = f"{target} was asked and could not say whether it acted ({said.get('detail')})"
+    elif said:
+        why = f"{target} cannot be asked whether it acted, so it was not sent again"
+    else:
+        why = "nothing recorded says whether it acted"
+    stopped = _REFUSALS.get(str(said.get("reason", "")))
+    checked = f" When it was checked again, {stopped}." if stopped else ""
     return (
-        f"Cannot know: the request may have reached {case.target}, and no evidence arrived"
-        f"{waited} whether it did. A person must decide."
+        f"Cannot know: the request may have reached {target}; {why}.{checked} A person must decide."
     )
+
+
+def _waited(case: _Case) -> timedelta | None:
+    """From the last attempt sent before the verdict to the verdict."""
+    verdict = case.verdict
+    if verdict is None:
+        return None
+    sent = [e for e in case.history if e.kind == EntryKind.DISPATCHED and e.seq < verdict.seq]
+    return verdict.created_at - sent[-1].created_at if sent else None
+
+
+def _contradicted(case: _Case, receipt: Receipt) -> str:
+    """What the record said, what contradicts it, and that a person must decide again."""
+    happened = receipt.happened
+    body = case.body
+    if case.verdict is not None and case.verdict.kind == EntryKind.RESOLVED:
+        decided = "it happened" if body.get("happened") else "it did not happen"
+        said = f"{body.get('by')} decided {decided} (“{body.get('reason')}”)"
+    elif happened is True:
+        said = f"the record says it was done once ({receipt.final_state})"
+    elif happened is False:
+        said = f"the record says it was not done ({receipt.final_state})"
+    else:
+        said = f"the record says {receipt.final_state}"
+    against = "; and ".join(_contradiction(case, c) for c in receipt.contradictions)
+    return f"Contradicted: {said}, but {against}. A person must decide again."
+
+
+def _contradiction(case: _Case, contradiction: Mapping[str, Any]) -> str:
+    seqs = list(contradiction.get("seqs") or [])
+    cited = ", ".join(_source(case.history, seq) for seq in seqs) or "evidence in the ledger"
+    kind = contradiction.get("kind")
+    if kind == "duplicate_at_target":
+        return f"{cited} reports another result: {case.target} acted more than once"
+    if kind == "happened_never_dispatched":
+        return f"{cited} says it was performed, though it was never sent"
+    return f"{cited} says it was performed"
 
 
 def _resolved_happened(case: _Case) -> str:
@@ -129,20 +186,27 @@ def _refused(reason: str) -> str:
 def _cited(history: Sequence[Entry], body: dict[str, Any]) -> str:
     recheck = body.get("recheck")
     seq = recheck.get("evidence_seq") if isinstance(recheck, dict) else None
-    observed = next((e for e in history if e.seq == seq), None)
-    if observed is None:
-        return "evidence in the ledger"
-    evidence = observed.body_value()
+    return _source(history, seq) if isinstance(seq, int) else "evidence in the ledger"
+
+
+def _source(history: Sequence[Entry], seq: int) -> str:
+    """Who said what entry `seq` records: a service's statement, a provider's event."""
+    entry = next((e for e in history if e.seq == seq), None)
+    if entry is None or entry.kind != EntryKind.OBSERVED:
+        return f"ledger entry {seq}"
+    evidence = entry.body_value()
     if evidence.get("source") == "attestation":
         return f"a statement from {evidence.get('by')} (ledger entry {seq})"
     return f"{evidence.get('provider')} event {evidence.get('event_id')} (ledger entry {seq})"
 
 
 def _duration(window: timedelta) -> str:
-    hours = window.total_seconds() / 3600
-    if hours >= 1 and hours == int(hours):
-        return f"{int(hours)} h"
-    minutes = window.total_seconds() / 60
-    if minutes >= 1 and minutes == int(minutes):
-        return f"{int(minutes)} min"
-    return f"{window.total_seconds():g} s"
+    """As a person says it: "4 h 2 min", "3 min 5 s", "0.3 s"."""
+    seconds = window.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, whole = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min {whole} s" if whole else f"{minutes} min"

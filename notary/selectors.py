@@ -236,13 +236,7 @@ def effect_review(*, effect: Effect) -> Review:
     history, leased = effect_entries_for_receipt(tenant=tenant, effect=effect)
     entries = sorted([*history, *leased], key=lambda e: e.seq)
     receipt = derive_receipt(entries, effect.effect_id)
-    target = Target.objects.filter(tenant=tenant, name=effect.target).first()
-    sentence = explain(
-        receipt,
-        history,
-        target=effect.target,
-        evidence_window=target.evidence_window if target is not None else None,
-    )
+    sentence = explain(receipt, history, target=effect.target)
     return Review(
         receipt=receipt,
         sentence=sentence,

@@ -56,8 +56,8 @@ def test_a_reviewer_sees_the_queue_reads_the_effect_and_resolves_it(ambiguous: E
     html = page.content.decode()
     assert page.status_code == 200
     assert (
-        "Cannot know: the request may have reached mail, and no evidence arrived within 24 h "
-        "whether it did. A person must decide." in html
+        "Cannot know: the request may have reached mail; mail cannot be asked whether it acted, "
+        "so it was not sent again. A person must decide." in html
     )
     assert "Record the decision" in html
     assert 'id="ledger"' in html and "DISPATCHED" in html
