@@ -11,6 +11,8 @@ from typing import Any
 from babel.numbers import get_currency_precision, list_currencies
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, ExpressionWrapper, F, FloatField, Q, QuerySet, Value, When
 from django.db.models.expressions import OrderBy
@@ -33,6 +35,12 @@ from notary.errors import NotaryConflict, NotaryInputError
 from notary.exports import export_receipts
 from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, LeaseRequest, Target, Tenant
 from notary.templatetags.review import money
+
+# The desk's pages need the width: the queue's columns and an effect's ledger entries matter
+# more than a sidebar repeating the home page's list.
+admin.site.enable_nav_sidebar = False
+admin.site.site_header = "Interlock notary"
+admin.site.site_title = "Interlock notary"
 
 
 class AgeFilter(admin.SimpleListFilter):
@@ -179,41 +187,28 @@ class EffectAdmin(ReadOnlyAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """The effect's page: what it was, what the ledger says, and for an AMBIGUOUS or
-        contradicted one that the viewer may decide, the decision."""
+        """The effect's page: what it was, what the ledger says, who is on it and their notes,
+        and for an AMBIGUOUS or contradicted one that the viewer may decide, the decision."""
         # Any state: an effect someone decided meanwhile is shown as decided, not as a 404.
         effect = Effect.objects.select_related("tenant").filter(pk=object_id).first()
         if effect is None or not self.has_view_permission(request, effect):
             raise Http404("no such effect")
         open_ = effect.state == "AMBIGUOUS" or effect.contradicted
         may_decide = request.user.has_perm("notary.resolve_effect")
-        form = ResolveForm(request.POST or None) if open_ and may_decide else None
+        posted = request.POST if request.method == "POST" and "reason" in request.POST else None
+        form = ResolveForm(posted) if open_ and may_decide else None
+        note = NoteForm(request.POST if "note" in request.POST else None)
         overtaken: str | None = None  # what the reviewer posted, kept when it came too late
         confirming: ResolveForm | None = None
         if request.method == "POST":
             if not may_decide:
-                raise PermissionDenied("this effect cannot be resolved by you")
-            if form is None:
-                overtaken = request.POST.get("reason", "")
-            elif form.is_valid() and not form.cleaned_data["confirmed"]:
-                confirming = form  # shown back, to be confirmed once
-            elif form.is_valid():
-                try:
-                    entry = services.effect_resolve(
-                        tenant=effect.tenant,
-                        effect_id=effect.effect_id,
-                        happened=form.cleaned_data["happened"],
-                        reason=form.cleaned_data["reason"],
-                        by=request.user.get_username(),
-                    )
-                except NotaryConflict:  # decided between this page and this submit
-                    overtaken, form = form.cleaned_data["reason"], None
-                    effect.refresh_from_db()
-                else:
-                    messages.success(
-                        request, f"Resolved {effect.effect_id}: ledger entry {entry.seq}"
-                    )
-                    return HttpResponseRedirect(reverse("admin:notary_ambiguouseffect_changelist"))
+                raise PermissionDenied("this effect cannot be worked by you")
+            if "note" in request.POST or "assign_to" in request.POST:
+                done = self._work(request, effect, note)
+            else:
+                done, overtaken, confirming, form = self._decide(request, effect, form)
+            if done is not None:
+                return done
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -221,18 +216,197 @@ class EffectAdmin(ReadOnlyAdmin):
             "effect": effect,
             "review": selectors.effect_review(effect=effect),
             "form": form,
+            "note_form": note if may_decide else None,
+            "reviewers": selectors.reviewers() if may_decide and open_ else None,
             "overtaken": overtaken,
             "confirming": confirming,
             "decided": selectors.last_resolution(effect=effect) if overtaken is not None else None,
         }
         return TemplateResponse(request, "admin/notary/effect/review.html", context)
 
+    def _decide(
+        self, request: HttpRequest, effect: Effect, form: ResolveForm | None
+    ) -> tuple[HttpResponse | None, str | None, ResolveForm | None, ResolveForm | None]:
+        """A decision posted: (the redirect once it is written, what the reviewer wrote when
+        someone decided first, the form to confirm, the decision form to show again)."""
+        if form is None:
+            return None, request.POST.get("reason", ""), None, None
+        if not form.is_valid():
+            return None, None, None, form
+        if not form.cleaned_data["confirmed"]:
+            return None, None, form, form  # shown back, to be confirmed once
+        try:
+            entry = services.effect_resolve(
+                tenant=effect.tenant,
+                effect_id=effect.effect_id,
+                happened=form.cleaned_data["happened"],
+                reason=form.cleaned_data["reason"],
+                by=request.user.get_username(),
+            )
+        except NotaryConflict:  # decided between this page and this submit
+            effect.refresh_from_db()
+            return None, form.cleaned_data["reason"], None, None
+        decided = "it happened" if form.cleaned_data["happened"] else "it did not happen"
+        self.log_change(request, effect, f"Resolved ({decided}): ledger entry {entry.seq}")
+        messages.success(request, f"Resolved {effect.effect_id}: ledger entry {entry.seq}")
+        return (
+            HttpResponseRedirect(reverse("admin:notary_ambiguouseffect_changelist")),
+            None,
+            None,
+            None,
+        )
+
+    def _work(self, request: HttpRequest, effect: Effect, note: NoteForm) -> HttpResponse | None:
+        """A note written, or the effect taken or assigned: back to its page, or None to show
+        the page again with the form's errors."""
+        page = HttpResponseRedirect(request.path)
+        by = request.user.get_username()
+        if "note" in request.POST:
+            if not note.is_valid():
+                return None
+            try:
+                entry = services.effect_note(
+                    tenant=effect.tenant,
+                    effect_id=effect.effect_id,
+                    text=note.cleaned_data["note"],
+                    by=by,
+                )
+            except NotaryInputError as refused:
+                note.add_error("note", str(refused))
+                return None
+            self.log_change(request, effect, f"Noted: ledger entry {entry.seq}")
+            messages.success(request, f"Your note is ledger entry {entry.seq}")
+            return page
+        chosen = request.POST.get("assign_to", "")
+        if chosen == "":
+            if services.review_unassign(tenant=effect.tenant, effect_id=effect.effect_id):
+                self.log_change(request, effect, "Given back to the queue")
+            return page
+        assignee = selectors.reviewers().filter(pk=chosen).first() if chosen.isdigit() else None
+        if assignee is None:
+            messages.error(request, "Choose a reviewer from the list.")
+            return page
+        _assign(self, request, effect.tenant, [effect], assignee)
+        return page
+
+
+def _assign(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    tenant: Tenant,
+    effects: list[Effect],
+    assignee: User,
+) -> int:
+    """Assign `effects` (of one tenant) and say so, in a message and in the admin's history."""
+    by = request.user.get_username()
+    assigned = services.review_assign(
+        tenant=tenant, effect_ids=[e.effect_id for e in effects], assignee=assignee, by=by
+    )
+    for effect in effects:
+        if effect.effect_id in assigned:
+            model_admin.log_change(request, effect, f"Assigned to {assignee.get_username()}")
+    left = len(effects) - len(assigned)
+    said = f"Assigned {_count(len(assigned), 'effect')} to {assignee.get_username()}"
+    if left:
+        said += f"; {_count(left, 'effect')} no longer waiting for a person, left as they were"
+    messages.success(request, said + ".")
+    return len(assigned)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+class NoteForm(forms.Form):
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=services.MAX_NOTE,
+        help_text="Kept in the ledger with the effect, with your name and the time.",
+    )
+
+
+class AssignForm(forms.Form):
+    assignee = forms.ModelChoiceField(queryset=User.objects.none(), label="Assign to")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["assignee"].queryset = selectors.reviewers()  # type: ignore[attr-defined]
+
+
+class AssignedFilter(admin.SimpleListFilter):
+    title = "assigned"
+    parameter_name = "assigned"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("me", "to me"), ("nobody", "to nobody"), ("anyone", "to anyone")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "me":
+            return queryset.filter(assigned_to=request.user.get_username())
+        if self.value() == "nobody":
+            return queryset.filter(assigned_to__isnull=True)
+        if self.value() == "anyone":
+            return queryset.filter(assigned_to__isnull=False)
+        return queryset
+
 
 @admin.register(AmbiguousEffect)
 class AmbiguousEffectAdmin(EffectAdmin):
-    list_display = ["effect_id", "amount", "action", "case_id", "target", "waiting", "tenant"]
-    list_filter = [OverdueFilter, WaitingFilter, AmountFilter, "currency", "target", "tenant"]
+    list_display = [
+        "effect_id",
+        "amount",
+        "action",
+        "case_id",
+        "target",
+        "waiting",
+        "assigned",
+        "tenant",
+    ]
+    list_filter = [
+        AssignedFilter,
+        OverdueFilter,
+        WaitingFilter,
+        AmountFilter,
+        "currency",
+        "target",
+        "tenant",
+    ]
     ordering = ["queued_at"]
+    actions = ["take", "assign"]
+
+    @admin.display(description="assigned to", ordering="assigned_to")
+    def assigned(self, effect: Any) -> str:
+        return effect.assigned_to or "-"
+
+    @admin.action(description="Take the selected effects (assign them to me)", permissions=["work"])
+    def take(self, request: HttpRequest, queryset: QuerySet[Effect]) -> None:
+        me = selectors.reviewers().filter(username=request.user.get_username()).first()
+        if me is None:
+            messages.error(request, "Only a reviewer who may decide effects takes them.")
+            return
+        for tenant, effects in _by_tenant(queryset):
+            _assign(self, request, tenant, effects, me)
+
+    @admin.action(description="Assign the selected effects to…", permissions=["work"])
+    def assign(self, request: HttpRequest, queryset: QuerySet[Effect]) -> HttpResponse | None:
+        """Asks whom to, on a page of its own, then assigns."""
+        form = AssignForm(request.POST if "assignee" in request.POST else None)
+        if form.is_valid():
+            for tenant, effects in _by_tenant(queryset):
+                _assign(self, request, tenant, effects, form.cleaned_data["assignee"])
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Assign effects to a reviewer",
+            "effects": list(queryset.select_related("tenant")),
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/notary/effect/assign.html", context)
+
+    def has_work_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notary.resolve_effect")
 
     @admin.display(description="waiting", ordering="queued_at")
     def waiting(self, effect: Any) -> str:
@@ -255,6 +429,15 @@ class AmbiguousEffectAdmin(EffectAdmin):
         """Titled as what it is, not Django's "Select ... to view"."""
         title = {"title": "Review queue: AMBIGUOUS or contradicted effects"}
         return super().changelist_view(request, {**title, **(extra_context or {})})
+
+
+def _by_tenant(queryset: QuerySet[Effect]) -> list[tuple[Tenant, list[Effect]]]:
+    """The selection, a tenant at a time: an assignment is written per tenant."""
+    effects = sorted(queryset.select_related("tenant"), key=lambda e: (e.tenant_id, e.pk))
+    return [
+        (group[0].tenant, group)
+        for group in (list(g) for _, g in itertools.groupby(effects, key=lambda e: e.tenant_id))
+    ]
 
 
 @admin.register(Lease)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
@@ -235,6 +236,10 @@ class Effect(models.Model):
         return f"{self.effect_id}: {self.state}"
 
 
+# The effects waiting for a person: AMBIGUOUS, or whose evidence contradicts their verdict.
+WAITING_FOR_A_PERSON = models.Q(state="AMBIGUOUS") | models.Q(contradicted=True)
+
+
 class AmbiguousEffect(Effect):
     """The review queue: effects the notary cannot settle, or whose evidence contradicts their
     verdict, waiting for a person."""
@@ -243,3 +248,25 @@ class AmbiguousEffect(Effect):
         proxy = True
         verbose_name = "effect to review"
         verbose_name_plural = "effects to review"
+
+
+class ReviewAssignment(models.Model):
+    """Who is working an effect in the review queue: the desk's workflow, not the record, so it
+    is kept beside the Effect projection (which rebuild_effects recreates) and never in the
+    ledger. A person's notes on the effect are NOTED ledger entries."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="assignments")
+    effect_id = models.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="review_assignments"
+    )
+    assigned_by = models.CharField(max_length=150)  # the username of whoever assigned it
+    assigned_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "effect_id"], name="assignment_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.effect_id} → {self.assignee}"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import (
     DateTimeField,
     DurationField,
@@ -37,7 +38,17 @@ from ledger.selectors import (
 )
 from notary.errors import NotaryNotFound
 from notary.explain import explain
-from notary.models import DEFAULT_REVIEW_SLA, ApiKey, Effect, Lease, Target, Tenant
+from notary.groups import FINANCE_REVIEWERS
+from notary.models import (
+    DEFAULT_REVIEW_SLA,
+    WAITING_FOR_A_PERSON,
+    ApiKey,
+    Effect,
+    Lease,
+    ReviewAssignment,
+    Target,
+    Tenant,
+)
 from notary.projection import effect_fields
 from notary.services import TOKEN_PREFIX, secret_digest
 
@@ -152,10 +163,15 @@ def receipt_summary(*, tenant: Tenant, chunk_size: int = 2000) -> Summary:
 def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:
     """The effects (of `effects`, else all) waiting for a person: AMBIGUOUS, or whose evidence
     contradicts the verdict. The admin's review queue and its counts are this. Each carries
-    `review_due`: when it is overdue, by its target's review SLA counted from `queued_at`."""
+    `review_due`, when it is overdue by its target's review SLA counted from `queued_at`, and
+    `assigned_to`, the username of the reviewer working it (None: nobody yet)."""
     chosen = effects if effects is not None else Effect.objects.all()
     sla = Target.objects.filter(tenant=OuterRef("tenant"), name=OuterRef("target"))
-    return chosen.filter(Q(state="AMBIGUOUS") | Q(contradicted=True)).annotate(
+    assigned = ReviewAssignment.objects.filter(
+        tenant=OuterRef("tenant"), effect_id=OuterRef("effect_id")
+    )
+    return chosen.filter(WAITING_FOR_A_PERSON).annotate(
+        assigned_to=Subquery(assigned.values("assignee__username")[:1]),
         review_due=ExpressionWrapper(
             F("queued_at")
             + Coalesce(
@@ -163,7 +179,7 @@ def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:
                 Value(DEFAULT_REVIEW_SLA, output_field=DurationField()),
             ),
             output_field=DateTimeField(),
-        )
+        ),
     )
 
 
@@ -228,6 +244,8 @@ class Review:
     lease: Lease | None
     lease_entries: list[LedgerEntry]
     evidence: list[LedgerEntry]  # OBSERVED, in order
+    notes: list[LedgerEntry]  # NOTED, in order: who wrote what, when
+    assignment: ReviewAssignment | None
     entries: list[LedgerEntry]  # the effect's own and its lease's, in seq order
 
 
@@ -245,8 +263,18 @@ def effect_review(*, effect: Effect) -> Review:
         lease=Lease.objects.filter(tenant=tenant, lease_id=effect.lease_id).first(),
         lease_entries=leased,
         evidence=[e for e in history if e.kind == EntryKind.OBSERVED],
+        notes=[e for e in history if e.kind == EntryKind.NOTED],
+        assignment=ReviewAssignment.objects.filter(tenant=tenant, effect_id=effect.effect_id)
+        .select_related("assignee")
+        .first(),
         entries=entries,
     )
+
+
+def reviewers() -> QuerySet[User]:
+    """The people an effect may be assigned to: active, and allowed to decide effects."""
+    deciding = Q(groups__name=FINANCE_REVIEWERS) | Q(is_superuser=True)
+    return User.objects.filter(deciding, is_active=True).distinct().order_by("username")
 
 
 def last_resolution(*, effect: Effect) -> LedgerEntry | None:

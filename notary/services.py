@@ -61,10 +61,12 @@ from notary.models import (
     DEFAULT_MAX_LEASE_AMOUNT_CENTS,
     DEFAULT_MAX_LEASE_DURATION,
     DEFAULT_REVIEW_SLA,
+    WAITING_FOR_A_PERSON,
     ApiKey,
     Effect,
     Lease,
     LeaseRequest,
+    ReviewAssignment,
     Role,
     Target,
     Tenant,
@@ -830,6 +832,59 @@ def effect_resolve(
     entry = row.as_ledger_entry()
     _project_effect(tenant=tenant, history=[*history, entry])
     return entry
+
+
+MAX_NOTE = 4000
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@transaction.atomic(durable=True)
+def effect_note(*, tenant: Tenant, effect_id: str, text: str, by: str) -> LedgerEntry:
+    """A person's note on an effect (what they checked, whom they asked): a NOTED entry, so it
+    is kept, proved and exported with the effect's other entries. It settles nothing."""
+    text = text.strip()
+    if not text or len(text) > MAX_NOTE:
+        raise NotaryInputError(f"a note is 1 to {MAX_NOTE} characters")
+    if _CONTROL_BUT_LINES.search(text) or not _encodable(text):
+        raise NotaryInputError("a note holds a control character or a lone surrogate")
+    if not by.strip():
+        raise NotaryInputError("a note names the person who wrote it")
+    now = lock_log(log=tenant.log)
+    history = _history_of(tenant=tenant, effect_id=effect_id)
+    [row] = append_entries(
+        log=tenant.log,
+        items=[NewEntry(EntryKind.NOTED, {"by": by.strip(), "text": text}, effect_id)],
+        created_at=now,
+    )
+    entry = row.as_ledger_entry()
+    _project_effect(tenant=tenant, history=[*history, entry])
+    return entry
+
+
+@transaction.atomic
+def review_assign(
+    *, tenant: Tenant, effect_ids: Sequence[str], assignee: User, by: str
+) -> list[str]:
+    """Give effects in the review queue to a reviewer (one who may decide them); return the ids
+    assigned. An effect no longer waiting for a person is left as it is."""
+    if not (assignee.is_active and assignee.has_perm("notary.resolve_effect")):
+        raise NotaryInputError(f"{assignee.get_username()} does not review effects")
+    waiting = Effect.objects.filter(WAITING_FOR_A_PERSON, tenant=tenant, effect_id__in=effect_ids)
+    assigned = sorted(waiting.values_list("effect_id", flat=True))
+    now = timezone.now()
+    for effect_id in assigned:
+        ReviewAssignment.objects.update_or_create(
+            tenant=tenant,
+            effect_id=effect_id,
+            defaults={"assignee": assignee, "assigned_by": by, "assigned_at": now},
+        )
+    return assigned
+
+
+def review_unassign(*, tenant: Tenant, effect_id: str) -> bool:
+    """Give an effect back to the queue; whether it was assigned."""
+    deleted, _ = ReviewAssignment.objects.filter(tenant=tenant, effect_id=effect_id).delete()
+    return deleted > 0
 
 
 @transaction.atomic(durable=True)

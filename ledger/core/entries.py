@@ -39,6 +39,7 @@ class EntryKind(enum.StrEnum):
     AMBIGUOUS = "AMBIGUOUS"
     OBSERVED = "OBSERVED"
     RESOLVED = "RESOLVED"
+    NOTED = "NOTED"  # a person's note on an effect under review: no verdict, no evidence
 
 
 class EntryError(ValueError):

@@ -95,7 +95,8 @@ def test_the_queue_sorts_by_amount_and_by_waiting_time(
     ids = {name: effect.effect_id for name, effect in queued.items()}
     waited = listed(reviewer)  # default: waiting longest first
     assert waited == [ids["big"], ids["yen"], ids["small"], ids["none"]]
-    amount_column = 1  # effect id, amount, ...: the admin counts columns from 0
+    header = reviewer.get(QUEUE).content.decode().split('class="sortable column-amount')[1]
+    amount_column = re.search(r'href="\?o=(\d+)', header).group(1)  # type: ignore[union-attr]
     # In major units of each one's currency: $49.99 < ¥800 < $12,500.00, none last.
     assert listed(reviewer, f"?o={amount_column}") == [
         ids["small"],
