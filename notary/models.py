@@ -160,6 +160,7 @@ class Lease(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True)
     revoked_seq = models.BigIntegerField(null=True, blank=True)
+    revoked_reason = models.TextField(blank=True)  # as the LEASE_REVOKED entry records it
 
     class Meta:
         permissions = [("revoke_lease", "Can revoke a lease (writes LEASE_REVOKED)")]

@@ -26,6 +26,7 @@ from notary.services import (
     MAX_PREMISE_NAME,
     MAX_PREMISES,
     MAX_RESULT_REF,
+    MAX_REVOCATION_REASON,
     MAX_TARGET_NAME,
 )
 
@@ -293,7 +294,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class LeaseRevokeInput(serializers.Serializer):  # type: ignore[type-arg]
-    reason = StrictCharField(max_length=500)
+    reason = StrictCharField(max_length=MAX_REVOCATION_REASON)
 
 
 class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -185,11 +185,13 @@ def api_key_issue(
 
 
 @transaction.atomic(durable=True)
-def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
-    """Revoke now; revoking twice keeps the first time."""
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def api_key_revoke(*, api_key: ApiKey) -> bool:
+    """Revoke now, refreshing `api_key`; revoking twice keeps the first time. True if this call
+    revoked it, so a caller counts only what it changed."""
+    live = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True)
+    revoked = live.update(revoked_at=timezone.now()) == 1
     api_key.refresh_from_db()
-    return api_key
+    return revoked
 
 
 # --- people in the admin ----------------------------------------------------------------------
@@ -508,22 +510,32 @@ def _check_grant_policy(*, tenant: Tenant, terms: _LeaseTerms) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Revocation:
+    lease: Lease  # as the call leaves it
+    seq: int | None  # the LEASE_REVOKED this call wrote; None: the lease was revoked before
+
+
 @transaction.atomic(durable=True)
-def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Lease:
-    """Revoke now, recording LEASE_REVOKED; revoking a revoked lease changes nothing."""
+def lease_revoke(*, tenant: Tenant, lease_id: str, by: str, reason: str) -> Revocation:
+    """Revoke now, recording LEASE_REVOKED with who and why; revoking a revoked lease changes
+    nothing. The reason is what a reader of the ledger has to go by, so it is never blank."""
+    reason = reason.strip()
+    _check_text("a revocation's reason", reason, limit=MAX_REVOCATION_REASON, lines=True)
     lease = Lease.objects.select_for_update().filter(tenant=tenant, lease_id=lease_id).first()
     if lease is None:
         raise NotaryInputError(f"no lease {lease_id!r}")
     if lease.revoked_at is not None:
-        return lease
+        return Revocation(lease, seq=None)
     entry = append_entry(
         log=tenant.log,
         kind=EntryKind.LEASE_REVOKED,
         body={"lease_id": lease_id, "by": by, "reason": reason},
     )
     lease.revoked_at, lease.revoked_by, lease.revoked_seq = entry.created_at, by, entry.seq
-    lease.save(update_fields=["revoked_at", "revoked_by", "revoked_seq"])
-    return lease
+    lease.revoked_reason = reason
+    lease.save(update_fields=["revoked_at", "revoked_by", "revoked_seq", "revoked_reason"])
+    return Revocation(lease, seq=entry.seq)
 
 
 # --- bounds on what is stored -----------------------------------------------------------------
@@ -540,18 +552,24 @@ MAX_LIMITS = 32
 MAX_LIMIT_NAME = 100
 MAX_RESULT_REF = 255  # Effect.result_ref
 MAX_FAILURE_CODE = 90  # FAILED:<code> is the Effect's state, at most 100 characters
+MAX_REVOCATION_REASON = 500
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs, line breaks pass
 
 
-def _check_text(label: str, value: Any, *, limit: int, empty: bool = False) -> None:
+def _check_text(
+    label: str, value: Any, *, limit: int, empty: bool = False, lines: bool = False
+) -> None:
     """A string of at most `limit` characters (non-empty unless `empty`) that a text column
     holds: no control character (PostgreSQL text cannot hold NUL) and no lone surrogate
-    (UTF-8 cannot)."""
+    (UTF-8 cannot). `lines`: a person's prose, which may hold tabs and line breaks (a textarea
+    sends CRLF)."""
     if not isinstance(value, str) or not (value or empty):
         raise NotaryInputError(f"{label} must be a non-empty string")
     if len(value) > limit:
         raise NotaryInputError(f"{label} is longer than {limit} characters")
-    if _CONTROL.search(value) or not _encodable(value):
+    control = _CONTROL_BUT_LINES if lines else _CONTROL
+    if control.search(value) or not _encodable(value):
         raise NotaryInputError(f"{label} holds a control character or a lone surrogate")
 
 

@@ -528,13 +528,13 @@ class LeaseRevokeView(APIView):
         given.is_valid(raise_exception=True)
         principal = _principal(request)
         selectors.lease_get(tenant=principal.tenant, lease_id=lease_id)
-        lease = services.lease_revoke(
+        revocation = services.lease_revoke(
             tenant=principal.tenant,
             lease_id=lease_id,
             by=principal.api_key.holder,
             reason=given.validated_data["reason"],
         )
-        return Response(LeaseOutput(lease).data)
+        return Response(LeaseOutput(revocation.lease).data)
 
 
 class TargetListView(APIView):

@@ -59,10 +59,11 @@ def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: T
         "ik__",
     ]:
         assert api_key_for_token(token=bad) is None, bad
-    services.api_key_revoke(api_key=api_key)
+    assert services.api_key_revoke(api_key=api_key)
     first_revocation = ApiKey.objects.get(pk=api_key.pk).revoked_at
     assert api_key_for_token(token=token) is None
-    assert services.api_key_revoke(api_key=api_key).revoked_at == first_revocation
+    assert not services.api_key_revoke(api_key=api_key)
+    assert api_key.revoked_at == first_revocation
 
 
 def test_an_unknown_role_or_a_missing_holder_is_refused(acme: Tenant) -> None:

@@ -46,9 +46,11 @@ def test_an_approver_grants_shows_and_revokes_a_lease(acme: Tenant) -> None:
     assert shown.status_code == 200
     assert shown.json() == lease
 
-    revoked = approver.post(
-        f"/v1/leases/{lease['lease_id']}/revoke", {"reason": "disputed"}, format="json"
-    )
+    revoke = f"/v1/leases/{lease['lease_id']}/revoke"
+    for blank in ("", " \n "):
+        refused = approver.post(revoke, {"reason": blank}, format="json")
+        assert refused.status_code == 400, refused.json()
+    revoked = approver.post(revoke, {"reason": "disputed"}, format="json")
     assert revoked.status_code == 200
     assert revoked.json()["revoked_by"] == "alice@acme.example"
     kinds = [e.kind for e in ledger_selectors.iter_entries(log=acme.log)]

@@ -67,11 +67,18 @@ def test_a_grant_is_a_ledger_entry_the_gate_client_reads_as_a_live_lease(
 def test_a_revocation_is_recorded_once_and_ends_the_lease(acme: Tenant, approver: ApiKey) -> None:
     lease = grant(acme, approver)
     revoked = services.lease_revoke(
-        tenant=acme, lease_id=lease.lease_id, by="carol@acme.example", reason="disputed"
+        tenant=acme, lease_id=lease.lease_id, by="carol@acme.example", reason=" disputed\r\n"
     )
     again = services.lease_revoke(tenant=acme, lease_id=lease.lease_id, by="x", reason="y")
-    assert again.revoked_seq == revoked.revoked_seq == 1
+    assert (revoked.seq, again.seq) == (1, None)
+    assert again.lease.revoked_seq == revoked.lease.revoked_seq == 1
+    assert again.lease.revoked_reason == "disputed"
     assert [e.kind for e in ledger_entries(acme)] == ["LEASE_GRANTED", "LEASE_REVOKED"]
+    assert ledger_entries(acme)[1].body_value() == {
+        "lease_id": lease.lease_id,
+        "by": "carol@acme.example",
+        "reason": "disputed",
+    }
     state = lease_states(ledger_entries(acme))[lease.lease_id]
     refusal = refusal_now(state, amount_cents=1)
     assert refusal is not None and refusal[0] == "lease_revoked"
@@ -112,3 +119,29 @@ def test_only_an_approver_of_the_same_tenant_grants(acme: Tenant, approver: ApiK
             tenant=globex, lease_id=grant(acme, approver).lease_id, by="e", reason="r"
         )
     assert ledger_entries(globex) == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "refused"),
+    [
+        (" \n\t", "must be a non-empty string"),
+        ("x" * (services.MAX_REVOCATION_REASON + 1), "longer than 500 characters"),
+        ("disputed\x00", "control character"),
+    ],
+)
+def test_a_revocation_without_a_usable_reason_writes_nothing(
+    acme: Tenant, approver: ApiKey, reason: str, refused: str
+) -> None:
+    lease = grant(acme, approver)
+    with pytest.raises(NotaryInputError, match=refused):
+        services.lease_revoke(tenant=acme, lease_id=lease.lease_id, by="carol", reason=reason)
+    assert [e.kind for e in ledger_entries(acme)] == ["LEASE_GRANTED"]
+    assert Lease.objects.get(pk=lease.pk).revoked_at is None
+
+
+def test_a_reason_may_run_over_several_lines(acme: Tenant, approver: ApiKey) -> None:
+    lease = grant(acme, approver)
+    reason = "Disputed by the customer.\r\nTicket 4711:\tsee the call notes."
+    revoked = services.lease_revoke(tenant=acme, lease_id=lease.lease_id, by="c", reason=reason)
+    assert ledger_entries(acme)[1].body_value()["reason"] == reason
+    assert revoked.lease.revoked_reason == reason
