@@ -1,6 +1,7 @@
 """The admin, for finance staff and operators: the AMBIGUOUS review queue and each effect's page,
-leases with a revoke action, API keys (a new one shown once), tenants and targets. Nothing in
-the ledger is edited here: a decision or a revocation is a ledger entry written by a service."""
+leases with a revoke action (confirmed, with a reason), API keys (a new one shown once), tenants
+and targets. Nothing in the ledger is edited here: a decision or a revocation is a ledger entry
+written by a service."""
 
 from __future__ import annotations
 
@@ -138,6 +139,48 @@ def _amount_in_major_units() -> ExpressionWrapper[Case]:
 
 
 _AMOUNT_MAJOR = _amount_in_major_units()
+
+
+class RevokedFilter(admin.SimpleListFilter):
+    title = "revoked"
+    parameter_name = "revoked"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "yes"), ("no", "no")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in ("yes", "no"):
+            return queryset
+        return queryset.filter(revoked_at__isnull=self.value() == "no")
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return one if count == 1 else many
+
+
+def _leases_revoked(seqs: list[int], already: int) -> str:
+    """What the revoke action wrote, counted: a lease revoked before gets no second entry."""
+    said = "No lease revoked"
+    if seqs:
+        entries = ", ".join(str(seq) for seq in seqs)
+        said = (
+            f"Revoked {len(seqs)} {_plural(len(seqs), 'lease', 'leases')} "
+            f"(ledger {_plural(len(seqs), 'entry', 'entries')} {entries})"
+        )
+    if already:
+        said += (
+            f"; {already} {_plural(already, 'was', 'were')} already revoked, "
+            f"nothing written for {_plural(already, 'it', 'them')}"
+        )
+    return said + "."
+
+
+class RevokeForm(forms.Form):
+    reason = forms.CharField(
+        max_length=services.MAX_REVOCATION_REASON,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Why these leases end: recorded in each LEASE_REVOKED entry with your name.",
+    )
 
 
 class ResolveForm(forms.Form):
@@ -442,8 +485,16 @@ def _by_tenant(queryset: QuerySet[Effect]) -> list[tuple[Tenant, list[Effect]]]:
 
 @admin.register(Lease)
 class LeaseAdmin(ReadOnlyAdmin):
-    list_display = ["lease_id", "case_id", "action", "tenant", "granted_by", "expires_at"]
-    list_filter = ["tenant", "action"]
+    list_display = [
+        "lease_id",
+        "case_id",
+        "action",
+        "tenant",
+        "granted_by",
+        "expires_at",
+        "revoked",
+    ]
+    list_filter = ["tenant", "action", RevokedFilter]
     search_fields = ["lease_id", "case_id"]
     fields = [
         "tenant",
@@ -459,19 +510,58 @@ class LeaseAdmin(ReadOnlyAdmin):
         "revoked_at",
         "revoked_by",
         "revoked_seq",
+        "revoked_reason",
     ]
     actions = ["revoke"]
 
+    @admin.display(description="revoked", ordering="revoked_at")
+    def revoked(self, obj: Lease) -> str:
+        if obj.revoked_at is None:
+            return "-"
+        return f"by {obj.revoked_by} at {timezone.localtime(obj.revoked_at):%Y-%m-%d %H:%M:%S %Z}"
+
     @admin.action(description="Revoke the selected leases", permissions=["revoke"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet[Lease]) -> None:
-        for lease in queryset.select_related("tenant"):
-            services.lease_revoke(
+    def revoke(self, request: HttpRequest, queryset: QuerySet[Lease]) -> HttpResponse | None:
+        """A confirmation page first, as for a delete: each revocation is an irreversible
+        ledger entry that stops agents dispatching, so it is written only once the reviewer
+        saw the leases and gave the reason it records."""
+        leases = list(queryset.select_related("tenant"))
+        form = RevokeForm(request.POST if "post" in request.POST else None)
+        if form.is_valid():
+            try:
+                seqs = self._revoke_all(request, leases, reason=form.cleaned_data["reason"])
+            except NotaryInputError as refused:  # the reason, refused before anything is written
+                form.add_error("reason", str(refused))
+            else:
+                level = messages.SUCCESS if seqs else messages.WARNING
+                self.message_user(request, _leases_revoked(seqs, len(leases) - len(seqs)), level)
+                return None
+        request.current_app = self.admin_site.name
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Revoke the selected leases",
+            "leases": leases,
+            "form": form,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/notary/lease/revoke_confirmation.html", context)
+
+    def _revoke_all(self, request: HttpRequest, leases: list[Lease], *, reason: str) -> list[int]:
+        """The seqs of the LEASE_REVOKED entries written, each also in the admin's history."""
+        seqs = []
+        for lease in leases:
+            revocation = services.lease_revoke(
                 tenant=lease.tenant,
                 lease_id=lease.lease_id,
                 by=request.user.get_username(),
-                reason="revoked in the admin",
+                reason=reason,
             )
-        messages.success(request, f"Revoked {queryset.count()} leases")
+            if revocation.seq is not None:
+                message = f"Revoked (ledger entry {revocation.seq}): {reason}"
+                self.log_change(request, revocation.lease, message)
+                seqs.append(revocation.seq)
+        return seqs
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("notary.revoke_lease")

@@ -1,7 +1,8 @@
 """The finance review in a real browser (Debian's Chromium, driven by Selenium, against Django's
 live server): a reviewer logs in, opens the queue and an effect, decides it with a reason, and
-sees it leave the queue and the RESOLVED entry appear; an auditor gets no decision to make; and
-a reviewer cannot edit a ledger entry. The effect page is saved as a screenshot."""
+sees it leave the queue and the RESOLVED entry appear; a reviewer revokes a lease through its
+confirmation page with a reason; an auditor gets no decision to make; and a reviewer cannot edit
+a ledger entry. The effect page and the revocation's confirmation are saved as screenshots."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pytest_django.live_server_helper import LiveServer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from ledger.core.entries import EntryKind
@@ -23,7 +25,7 @@ from ledger.models import Entry
 from ledger.selectors import iter_entries
 from notary import services
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
-from notary.models import Effect
+from notary.models import Effect, Lease
 from testkit.factories import dispatched, register
 
 pytestmark = pytest.mark.slow
@@ -106,6 +108,38 @@ def test_a_reviewer_resolves_an_ambiguous_effect_in_the_browser(
     assert "RESOLVED" in ledger
     resolved = [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == EntryKind.RESOLVED]
     assert [e.body_value()["by"] for e in resolved] == ["fiona"]
+
+
+def test_a_reviewer_revokes_a_lease_with_a_reason_in_the_browser(
+    browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
+) -> None:
+    lease = Lease.objects.get(lease_id=ambiguous.lease_id)
+    log_in(browser, live_server, "fiona")
+    browser.get(f"{live_server.url}/admin/notary/lease/")
+    tick = f"input[name=_selected_action][value='{lease.pk}']"
+    browser.find_element(By.CSS_SELECTOR, tick).click()
+    Select(browser.find_element(By.NAME, "action")).select_by_visible_text(
+        "Revoke the selected leases"
+    )
+    browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "leases"))
+    row = browser.find_element(By.ID, f"lease-{lease.pk}").text
+    assert lease.lease_id in row and "case-4711" in row and "not yet: it will be revoked" in row
+    assert "irreversible" in browser.find_element(By.ID, "consequences").text
+    assert not [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == "LEASE_REVOKED"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / "revoke_confirmation.png"))
+    reason = "The customer withdrew the request for case-4711."
+    browser.find_element(By.NAME, "reason").send_keys(reason)
+    browser.find_element(By.CSS_SELECTOR, "#revoke input[type=submit]").click()
+
+    WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/admin/notary/lease/"))
+    [revoked] = [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == "LEASE_REVOKED"]
+    assert revoked.body_value() == {"lease_id": lease.lease_id, "by": "fiona", "reason": reason}
+    message = browser.find_element(By.CSS_SELECTOR, ".messagelist .success").text
+    assert message == f"Revoked 1 lease (ledger entry {revoked.seq})."
+    assert "by fiona at" in browser.find_element(By.CSS_SELECTOR, "td.field-revoked").text
 
 
 def test_an_auditor_has_no_decision_and_a_reviewer_cannot_edit_the_ledger(

@@ -1,11 +1,14 @@
 """The finance review in the admin: the AMBIGUOUS queue, an effect's page that reads plainly,
-a decision with a reason written as RESOLVED by a service, and what each group may do."""
+a decision with a reason written as RESOLVED by a service, a lease revoked only once confirmed
+with a reason, and what each group may do."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, User
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -17,7 +20,7 @@ from notary import services
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import ApiKey, Effect, Lease, Tenant
 from notary.selectors import api_key_for_token
-from testkit.factories import dispatched, register
+from testkit.factories import dispatched, leased, register
 
 pytestmark = pytest.mark.django_db
 
@@ -124,18 +127,165 @@ def test_nobody_changes_ledger_rows_through_the_admin(ambiguous: Effect) -> None
     assert reviewer.get("/admin/webhooks/rawevent/add/").status_code == 403
 
 
-def test_a_reviewer_revokes_a_lease_and_an_auditor_cannot(ambiguous: Effect) -> None:
+LEASES = "/admin/notary/lease/"
+
+
+def revoked_entries(tenant: Tenant) -> list[dict[str, object]]:
+    entries = iter_entries(log=tenant.log)
+    return [e.body_value() for e in entries if e.kind == EntryKind.LEASE_REVOKED]
+
+
+def choose_revoke(client: Client, *leases: Lease) -> Any:
+    """The changelist's action form: the leases ticked, "Revoke the selected leases", Go."""
+    selected = [lease.pk for lease in leases]
+    return client.post(LEASES, {"action": "revoke", "index": 0, "_selected_action": selected})
+
+
+def confirm_revoke(client: Client, *leases: Lease, reason: str) -> Any:
+    """The confirmation page's form, submitted with "Yes, revoke"."""
+    selected = [lease.pk for lease in leases]
+    return client.post(
+        LEASES,
+        {"action": "revoke", "_selected_action": selected, "post": "yes", "reason": reason},
+    )
+
+
+def said(client: Client, answer: Any) -> list[str]:
+    """The messages on the page an action redirects to (shown there, so shown once)."""
+    assert answer.status_code == 302
+    return [m.message for m in client.get(answer["Location"]).context["messages"]]
+
+
+def test_a_revocation_is_shown_first_and_written_only_with_a_reason(ambiguous: Effect) -> None:
     lease = Lease.objects.get(lease_id=ambiguous.lease_id)
-    action = {"action": "revoke", "_selected_action": [lease.pk]}
-    auditor = staff("audrey", AUDITORS)
-    auditor.post("/admin/notary/lease/", action)
+    fiona = staff("fiona", FINANCE_REVIEWERS)
+    assert 'value="revoke"' in fiona.get(LEASES).content.decode()
+
+    shown = choose_revoke(fiona, lease)
+    html = shown.content.decode()
+    assert shown.status_code == 200
+    assert shown.templates[0].name == "admin/notary/lease/revoke_confirmation.html"
+    assert "<h1>Revoke the selected leases</h1>" in html
+    assert f"<code>{lease.lease_id}</code></td><td>email</td><td>case-4711</td>" in html
+    assert "<td>alice</td>" in html and lease.expires_at.strftime("%Y-%m-%d %H:%M:%S UTC") in html
+    assert "not yet: it will be revoked" in html
+    assert f'<input type="hidden" name="_selected_action" value="{lease.pk}">' in html
+    assert '<input type="hidden" name="action" value="revoke">' in html
+    assert "A ledger entry is irreversible" in html
+    assert "Agents can no longer dispatch under these leases" in html
+    assert '<textarea name="reason"' in html and 'value="Yes, revoke"' in html
+    assert revoked_entries(ambiguous.tenant) == []  # nothing written before confirmation
+
+    for blank in ("", " \r\n "):
+        again = confirm_revoke(fiona, lease, reason=blank)
+        assert again.status_code == 200
+        assert "This field is required." in again.content.decode()
+        assert f"<code>{lease.lease_id}</code>" in again.content.decode()
+    assert revoked_entries(ambiguous.tenant) == []
     assert Lease.objects.get(pk=lease.pk).revoked_at is None
-    reviewer = staff("fiona", FINANCE_REVIEWERS)
-    reviewer.post("/admin/notary/lease/", action)
+
+    reason = "The customer withdrew the request (ticket 4711)."
+    confirmed = confirm_revoke(fiona, lease, reason=reason)
+    assert confirmed.status_code == 302 and confirmed["Location"] == LEASES
+    assert revoked_entries(ambiguous.tenant) == [
+        {"lease_id": lease.lease_id, "by": "fiona", "reason": reason}
+    ]
     revoked = Lease.objects.get(pk=lease.pk)
-    assert revoked.revoked_by == "fiona"
-    entry = [e for e in iter_entries(log=ambiguous.tenant.log) if e.seq == revoked.revoked_seq]
-    assert entry[0].kind == EntryKind.LEASE_REVOKED
+    assert (revoked.revoked_by, revoked.revoked_reason) == ("fiona", reason)
+    assert said(fiona, confirmed) == [f"Revoked 1 lease (ledger entry {revoked.revoked_seq})."]
+
+
+def test_a_lease_revoked_before_gets_no_second_entry_and_the_message_counts_it(
+    ambiguous: Effect,
+) -> None:
+    tenant = ambiguous.tenant
+    earlier = Lease.objects.get(lease_id=ambiguous.lease_id)
+    services.lease_revoke(tenant=tenant, lease_id=earlier.lease_id, by="gil", reason="disputed")
+    live = leased(tenant, "case-5", "refund")
+    fiona = staff("fiona", FINANCE_REVIEWERS)
+
+    html = choose_revoke(fiona, earlier, live).content.decode()
+    revoked_at = Lease.objects.get(pk=earlier.pk).revoked_at
+    assert revoked_at is not None
+    assert (
+        f"already revoked by gil at {revoked_at:%Y-%m-%d %H:%M:%S} UTC, nothing will be written"
+        in html
+    )
+    assert html.count("not yet: it will be revoked") == 1
+
+    confirmed = confirm_revoke(fiona, earlier, live, reason="the case is closed")
+    seq = Lease.objects.get(pk=live.pk).revoked_seq
+    assert said(fiona, confirmed) == [
+        f"Revoked 1 lease (ledger entry {seq}); 1 was already revoked, nothing written for it."
+    ]
+    assert [body["by"] for body in revoked_entries(tenant)] == ["gil", "fiona"]
+
+    more = [leased(tenant, f"case-{n}", "refund") for n in (6, 7)]
+    confirmed = confirm_revoke(fiona, earlier, live, *more, reason="the case is closed")
+    # Revoked in the list's order, newest lease first.
+    seqs = ", ".join(str(Lease.objects.get(pk=lease.pk).revoked_seq) for lease in more[::-1])
+    assert said(fiona, confirmed) == [
+        f"Revoked 2 leases (ledger entries {seqs}); 2 were already revoked, nothing written "
+        "for them."
+    ]
+    nothing = confirm_revoke(fiona, earlier, reason="again")
+    assert said(fiona, nothing) == [
+        "No lease revoked; 1 was already revoked, nothing written for it."
+    ]
+    assert len(revoked_entries(tenant)) == 4
+
+
+def test_the_admins_history_records_each_lease_revoked(ambiguous: Effect) -> None:
+    lease = Lease.objects.get(lease_id=ambiguous.lease_id)
+    fiona = staff("fiona", FINANCE_REVIEWERS)
+    assert "None available" in fiona.get("/admin/").content.decode()
+    confirm_revoke(fiona, lease, reason="disputed by the customer")
+    confirm_revoke(fiona, lease, reason="twice")  # revoked already: no second record
+    seq = Lease.objects.get(pk=lease.pk).revoked_seq
+    [logged] = LogEntry.objects.all()
+    assert (logged.user.username, logged.action_flag, logged.object_id) == (
+        "fiona",
+        CHANGE,
+        str(lease.pk),
+    )
+    assert logged.get_change_message() == f"Revoked (ledger entry {seq}): disputed by the customer"
+    index = fiona.get("/admin/").content.decode()
+    assert "None available" not in index and str(lease) in index
+
+
+def test_the_lease_list_shows_and_filters_revocations(ambiguous: Effect) -> None:
+    tenant = ambiguous.tenant
+    revoked = Lease.objects.get(lease_id=ambiguous.lease_id)
+    services.lease_revoke(tenant=tenant, lease_id=revoked.lease_id, by="gil", reason="disputed")
+    revoked.refresh_from_db()
+    live = leased(tenant, "case-5", "refund")
+    fiona = staff("fiona", FINANCE_REVIEWERS)
+
+    listing = fiona.get(LEASES).content.decode()
+    assert ">Revoked</a></div>" in listing  # the column's header, sortable
+    assert revoked.revoked_at is not None
+    assert f"by gil at {revoked.revoked_at:%Y-%m-%d %H:%M:%S} UTC" in listing
+    assert '<td class="field-revoked">-</td>' in listing
+    assert "By revoked" in listing
+    for value, shown, hidden in (("yes", revoked, live), ("no", live, revoked)):
+        filtered = fiona.get(LEASES, {"revoked": value}).content.decode()
+        assert shown.lease_id in filtered and hidden.lease_id not in filtered, value
+    detail = fiona.get(f"{LEASES}{revoked.pk}/change/").content.decode()
+    assert "Revoked reason" in detail and "disputed" in detail
+
+
+def test_an_auditor_can_neither_choose_nor_confirm_a_revocation(ambiguous: Effect) -> None:
+    lease = Lease.objects.get(lease_id=ambiguous.lease_id)
+    audrey = staff("audrey", AUDITORS)
+    listing = audrey.get(LEASES)
+    assert listing.status_code == 200 and 'value="revoke"' not in listing.content.decode()
+    chosen = choose_revoke(audrey, lease)
+    assert "Yes, revoke" not in chosen.content.decode()
+    confirmed = confirm_revoke(audrey, lease, reason="I think it should end")
+    assert "Yes, revoke" not in confirmed.content.decode()
+    assert revoked_entries(ambiguous.tenant) == []
+    assert Lease.objects.get(pk=lease.pk).revoked_at is None
+    assert not LogEntry.objects.exists()
 
 
 def test_a_new_api_key_is_shown_once(acme: Tenant, admin_client: Client) -> None:
