@@ -175,6 +175,13 @@ def _leases_revoked(seqs: list[int], already: int) -> str:
     return said + "."
 
 
+def _keys_revoked(revoked: int, already: int) -> str:
+    said = f"Revoked {revoked} {_plural(revoked, 'key', 'keys')}" if revoked else "No key revoked"
+    if already:
+        said += f"; {already} {_plural(already, 'was', 'were')} already revoked"
+    return said + "."
+
+
 class RevokeForm(forms.Form):
     reason = forms.CharField(
         max_length=services.MAX_REVOCATION_REASON,
@@ -783,9 +790,13 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Revoke the selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        for api_key in queryset:
-            services.api_key_revoke(api_key=api_key)
-        messages.success(request, f"Revoked {queryset.count()} keys")
+        """Each live key revoked now and in the admin's history; one revoked before is not
+        counted again."""
+        api_keys = list(queryset)
+        revoked = [api_key for api_key in api_keys if services.api_key_revoke(api_key=api_key)]
+        for api_key in revoked:
+            self.log_change(request, api_key, "Revoked")
+        messages.success(request, _keys_revoked(len(revoked), len(api_keys) - len(revoked)))
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and request.user.has_perm("notary.change_apikey")

@@ -288,6 +288,27 @@ def test_an_auditor_can_neither_choose_nor_confirm_a_revocation(ambiguous: Effec
     assert not LogEntry.objects.exists()
 
 
+def test_revoking_api_keys_counts_and_records_only_the_live_ones(
+    acme: Tenant, admin_client: Client
+) -> None:
+    gone, live = (services.api_key_issue(tenant=acme, role="agent", holder=h)[0] for h in "ab")
+    services.api_key_revoke(api_key=gone)
+    answer = admin_client.post(
+        "/admin/notary/apikey/",
+        {"action": "revoke", "index": 0, "_selected_action": [gone.pk, live.pk]},
+    )
+    assert said(admin_client, answer) == ["Revoked 1 key; 1 was already revoked."]
+    assert ApiKey.objects.get(pk=live.pk).revoked_at is not None
+    [logged] = LogEntry.objects.all()
+    assert (logged.object_id, logged.get_change_message()) == (str(live.pk), "Revoked")
+    again = admin_client.post(
+        "/admin/notary/apikey/",
+        {"action": "revoke", "index": 0, "_selected_action": [gone.pk, live.pk]},
+    )
+    assert said(admin_client, again) == ["No key revoked; 2 were already revoked."]
+    assert LogEntry.objects.count() == 1
+
+
 def test_a_new_api_key_is_shown_once(acme: Tenant, admin_client: Client) -> None:
     answer = admin_client.post(
         "/admin/notary/apikey/add/",
