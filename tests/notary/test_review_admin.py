@@ -181,6 +181,9 @@ def test_a_revocation_is_shown_first_and_written_only_with_a_reason(ambiguous: E
         assert again.status_code == 200
         assert "This field is required." in again.content.decode()
         assert f"<code>{lease.lease_id}</code>" in again.content.decode()
+    control = confirm_revoke(fiona, lease, reason="stop\x01")  # the form passes it, the service not
+    assert control.status_code == 200
+    assert "a revocation&#x27;s reason holds a control character" in control.content.decode()
     assert revoked_entries(ambiguous.tenant) == []
     assert Lease.objects.get(pk=lease.pk).revoked_at is None
 
