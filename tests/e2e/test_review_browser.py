@@ -6,16 +6,13 @@ a ledger entry. The effect page and the revocation's confirmation are saved as s
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
 from pytest_django.live_server_helper import LiveServer
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
@@ -26,29 +23,16 @@ from ledger.selectors import iter_entries
 from notary import services
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import Effect, Lease
+from testkit.browser import PASSWORD, chromium, log_in, screenshot
 from testkit.factories import dispatched, register
 
 pytestmark = pytest.mark.slow
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip(
-            "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--window-size=1280,1800"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.implicitly_wait(5)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture
@@ -65,29 +49,20 @@ def ambiguous(transactional_db: None) -> Effect:
         body={"recheck": {"reason": "tier 3: nothing to ask, never resend"}},
     )
     for name, group in (("fiona", FINANCE_REVIEWERS), ("audrey", AUDITORS)):
-        user = User.objects.create_user(name, password="correct horse", is_staff=True)
+        user = User.objects.create_user(name, password=PASSWORD, is_staff=True)
         user.groups.add(Group.objects.get(name=group))
     return Effect.objects.get(effect_id=effect_id)
-
-
-def log_in(browser: webdriver.Chrome, live_server: LiveServer, username: str) -> None:
-    browser.get(f"{live_server.url}/admin/login/")
-    browser.find_element(By.NAME, "username").send_keys(username)
-    browser.find_element(By.NAME, "password").send_keys("correct horse")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    WebDriverWait(browser, 10).until(lambda d: d.title.startswith("Site administration"))
 
 
 def test_a_reviewer_resolves_an_ambiguous_effect_in_the_browser(
     browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
 ) -> None:
-    log_in(browser, live_server, "fiona")
+    log_in(browser, live_server.url, "fiona")
     browser.get(f"{live_server.url}/admin/notary/ambiguouseffect/")
     browser.find_element(By.LINK_TEXT, ambiguous.effect_id).click()
     sentence = browser.find_element(By.ID, "sentence").text
     assert sentence.startswith("Cannot know: the request may have reached email")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / "effect_page.png"))
+    screenshot(browser, "effect_page_resolving")
 
     browser.find_element(By.CSS_SELECTOR, "input[name=happened][value=no]").click()
     browser.find_element(By.NAME, "reason").send_keys(
@@ -114,7 +89,7 @@ def test_a_reviewer_revokes_a_lease_with_a_reason_in_the_browser(
     browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
 ) -> None:
     lease = Lease.objects.get(lease_id=ambiguous.lease_id)
-    log_in(browser, live_server, "fiona")
+    log_in(browser, live_server.url, "fiona")
     browser.get(f"{live_server.url}/admin/notary/lease/")
     tick = f"input[name=_selected_action][value='{lease.pk}']"
     browser.find_element(By.CSS_SELECTOR, tick).click()
@@ -128,8 +103,7 @@ def test_a_reviewer_revokes_a_lease_with_a_reason_in_the_browser(
     assert lease.lease_id in row and "case-4711" in row and "not yet: it will be revoked" in row
     assert "irreversible" in browser.find_element(By.ID, "consequences").text
     assert not [e for e in iter_entries(log=ambiguous.tenant.log) if e.kind == "LEASE_REVOKED"]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / "revoke_confirmation.png"))
+    screenshot(browser, "revoke_confirmation")
     reason = "The customer withdrew the request for case-4711."
     browser.find_element(By.NAME, "reason").send_keys(reason)
     browser.find_element(By.CSS_SELECTOR, "#revoke input[type=submit]").click()
@@ -145,13 +119,13 @@ def test_a_reviewer_revokes_a_lease_with_a_reason_in_the_browser(
 def test_an_auditor_has_no_decision_and_a_reviewer_cannot_edit_the_ledger(
     browser: webdriver.Chrome, live_server: LiveServer, ambiguous: Effect
 ) -> None:
-    log_in(browser, live_server, "audrey")
+    log_in(browser, live_server.url, "audrey")
     browser.get(f"{live_server.url}/admin/notary/ambiguouseffect/{ambiguous.pk}/change/")
     assert browser.find_element(By.ID, "sentence").text.startswith("Cannot know")
     assert browser.find_elements(By.ID, "resolve") == []
     browser.delete_all_cookies()  # a new session: the next person at the desk
 
-    log_in(browser, live_server, "fiona")
+    log_in(browser, live_server.url, "fiona")
     entry = Entry.objects.filter(effect_id=ambiguous.effect_id).order_by("seq").first()
     assert entry is not None
     browser.get(f"{live_server.url}/admin/ledger/entry/{entry.pk}/change/")

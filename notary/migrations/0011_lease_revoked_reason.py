@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("notary", "0008_review_queue_names"),
+        ("notary", "0010_review_assignment"),
     ]
 
     operations = [
