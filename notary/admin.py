@@ -1,7 +1,7 @@
 """The admin, for finance staff and operators: the AMBIGUOUS review queue and each effect's page,
 leases with a revoke action (confirmed, with a reason), API keys (a new one shown once), tenants
-and targets. Nothing in the ledger is edited here: a decision or a revocation is a ledger entry
-written by a service."""
+and targets, and who was told of each review (notify_reviewers sets who is). Nothing in the
+ledger is edited here: a decision or a revocation is a ledger entry written by a service."""
 
 from __future__ import annotations
 
@@ -34,7 +34,17 @@ from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
 from notary.errors import NotaryConflict, NotaryInputError
 from notary.exports import export_receipts
-from notary.models import AmbiguousEffect, ApiKey, Effect, Lease, LeaseRequest, Target, Tenant
+from notary.models import (
+    AmbiguousEffect,
+    ApiKey,
+    Effect,
+    Lease,
+    LeaseRequest,
+    ReviewNotice,
+    ReviewNotifications,
+    Target,
+    Tenant,
+)
 from notary.templatetags.review import money
 
 # The desk's pages need the width: the queue's columns and an effect's ledger entries matter
@@ -800,3 +810,54 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and request.user.has_perm("notary.change_apikey")
+
+
+@admin.register(ReviewNotice)
+class ReviewNoticeAdmin(ReadOnlyAdmin):
+    """Who was told what, and when: each channel's recipients, send time and last error."""
+
+    list_display = ["created_at", "effect_id", "event", "tenant", "emailed", "webhook"]
+    list_filter = ["event", "tenant"]
+    search_fields = ["effect_id"]
+    ordering = ["-created_at"]
+    list_select_related = ["tenant"]
+    fields = [
+        "tenant",
+        "effect_id",
+        "event",
+        "cause",
+        "created_at",
+        "email_to",
+        "email_sent_at",
+        "email_error",
+        "webhook_url",
+        "webhook_sent_at",
+        "webhook_error",
+    ]
+
+    @admin.display(description="email")
+    def emailed(self, notice: ReviewNotice) -> str:
+        return _channel(notice.email_sent_at, notice.email_error)
+
+    @admin.display(description="webhook")
+    def webhook(self, notice: ReviewNotice) -> str:
+        return _channel(notice.webhook_sent_at, notice.webhook_error)
+
+
+def _channel(sent_at: Any, error: str) -> str:
+    if sent_at is None:
+        return error or "not yet"
+    when = f"sent {timezone.localtime(sent_at):%Y-%m-%d %H:%M:%S}"
+    return f"{when} ({error})" if error else when
+
+
+@admin.register(ReviewNotifications)
+class ReviewNotificationsAdmin(ReadOnlyAdmin):
+    """Set by `notify_reviewers`; the webhook's signing secret is never shown here."""
+
+    list_display = ["tenant", "addresses", "webhook_url", "updated_at"]
+    fields = ["tenant", "addresses", "webhook_url", "updated_at"]
+
+    @admin.display(description="emails")
+    def addresses(self, config: ReviewNotifications) -> str:
+        return ", ".join(config.emails) or "the Finance reviewers with an address"

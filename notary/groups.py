@@ -11,7 +11,16 @@ FINANCE_REVIEWERS = "Finance reviewers"
 AUDITORS = "Auditors"
 
 _READ = {
-    "notary": ["tenant", "target", "lease", "leaserequest", "effect", "ambiguouseffect"],
+    "notary": [
+        "tenant",
+        "target",
+        "lease",
+        "leaserequest",
+        "effect",
+        "ambiguouseffect",
+        "reviewnotice",
+        "reviewnotifications",
+    ],
     "ledger": ["log", "entry", "checkpoint", "cosignature", "signingkey"],
     "webhooks": ["endpoint", "rawevent", "ingestion"],
 }

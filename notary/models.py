@@ -271,3 +271,69 @@ class ReviewAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.effect_id} → {self.assignee}"
+
+
+class ReviewNotifications(models.Model):
+    """Who a tenant's review notices go to: these addresses (none: the active Finance reviewers
+    with an email address), and a chat tool's webhook, signed with the notary's secret for it
+    (Standard Webhooks, `whsec_...`), which `notify_reviewers` shows once."""
+
+    tenant = models.OneToOneField(
+        Tenant, on_delete=models.PROTECT, related_name="review_notifications"
+    )
+    emails = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=2000, blank=True)
+    webhook_secret = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "review notifications"
+        verbose_name_plural = "review notifications"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(webhook_url="") | ~models.Q(webhook_secret=""),
+                name="reviewnotifications_webhook_signed",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"review notifications of {self.tenant.slug}"
+
+
+class ReviewEvent(models.TextChoices):
+    ENTERED_QUEUE = "entered_queue", "entered the review queue"
+    SLA_PASSED = "sla_passed", "passed its review SLA"
+    DECISION_CONTRADICTED = "decision_contradicted", "a person's decision was contradicted"
+
+
+class ReviewNotice(models.Model):
+    """The outbox of what the reviewers are told: written in the transaction that changed the
+    effect, once per event and cause (the entry that queued or contradicted it, or for an SLA
+    the moment it began waiting), and sent after commit. A channel's `*_sent_at` is its claim,
+    taken before sending, so nothing is sent twice; `*_error` says why the last try did not
+    (certainly) deliver."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="review_notices")
+    effect_id = models.CharField(max_length=MAX_EFFECT_ID_LENGTH)
+    event = models.CharField(max_length=32, choices=ReviewEvent.choices)
+    cause = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    email_to = models.TextField(blank=True)  # the addresses it went to, when claimed
+    email_sent_at = models.DateTimeField(null=True, blank=True)
+    email_error = models.TextField(blank=True)
+    webhook_url = models.URLField(max_length=2000, blank=True)  # where it went, when claimed
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    webhook_error = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "effect_id", "event", "cause"], name="reviewnotice_once"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(event__in=ReviewEvent.values), name="reviewnotice_event_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.effect_id}: {self.event} ({self.cause})"

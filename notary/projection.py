@@ -51,11 +51,17 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
 
 
 def _queued_at(history: Sequence[Entry], stood: Standing) -> datetime | None:
-    """When the effect began waiting for a person: its first open contradiction's entry, else
-    its AMBIGUOUS verdict; None when it waits for nobody. A review's age counts from here."""
-    contradicting = {seq for c in stood.contradictions for seq in c.seqs}
+    """When the effect began waiting for a person; a review's age counts from here."""
+    seq = queued_by(stood)
+    return None if seq is None else next(e.created_at for e in history if e.seq == seq)
+
+
+def queued_by(stood: Standing) -> int | None:
+    """The seq of the entry the effect waits for a person since: its first open
+    contradiction's, else its AMBIGUOUS verdict's; None when it waits for nobody."""
+    contradicting = [seq for c in stood.contradictions for seq in c.seqs]
     if contradicting:
-        return min(e.created_at for e in history if e.seq in contradicting)
+        return min(contradicting)
     if stood.verdict is not None and stood.verdict.kind == EntryKind.AMBIGUOUS:
-        return stood.verdict.created_at
+        return stood.verdict.seq
     return None

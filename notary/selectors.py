@@ -22,7 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from gate_client.protocol import Intent, Negative, evidence_answer
+from gate_client.protocol import Intent, Negative, evidence_answer, standing
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.summary import Summary
 from gate_client.targets import Found
@@ -46,10 +46,13 @@ from notary.models import (
     Effect,
     Lease,
     ReviewAssignment,
+    ReviewEvent,
+    ReviewNotice,
+    ReviewNotifications,
     Target,
     Tenant,
 )
-from notary.projection import effect_fields
+from notary.projection import effect_fields, queued_by
 from notary.services import TOKEN_PREFIX, secret_digest
 
 
@@ -185,6 +188,84 @@ def review_queue(effects: QuerySet[Any] | None = None) -> QuerySet[Any]:
 
 def review_queue_size(*, tenant: Tenant) -> int:
     return review_queue().filter(tenant=tenant).count()
+
+
+def overdue_reviews(*, now: datetime) -> list[Effect]:
+    """Effects in the review queue past their review SLA that have no sla_passed notice for
+    their current wait yet (one is written per queued_at)."""
+    overdue = list(
+        review_queue()
+        .select_related("tenant")
+        .filter(queued_at__isnull=False, review_due__lte=now)
+        .order_by("queued_at")
+    )
+    noticed = set(
+        ReviewNotice.objects.filter(
+            event=ReviewEvent.SLA_PASSED, effect_id__in={e.effect_id for e in overdue}
+        ).values_list("tenant_id", "effect_id", "cause")
+    )
+    return [
+        effect
+        for effect in overdue
+        if effect.queued_at is not None
+        and (effect.tenant_id, effect.effect_id, effect.queued_at.isoformat()) not in noticed
+    ]
+
+
+def review_notice_get(*, notice_id: int) -> ReviewNotice | None:
+    return ReviewNotice.objects.select_related("tenant").filter(pk=notice_id).first()
+
+
+def review_notice_effect(*, notice: ReviewNotice) -> Effect | None:
+    """The notice's effect as the review queue has it (with review_due), or None when it no
+    longer waits as the notice says: decided meanwhile, or waiting anew since."""
+    effect: Effect | None = (
+        review_queue()
+        .select_related("tenant__log")
+        .filter(tenant_id=notice.tenant_id, effect_id=notice.effect_id)
+        .first()
+    )
+    if effect is None or effect.queued_at is None:
+        return None
+    if notice.event == ReviewEvent.SLA_PASSED:
+        waiting = effect.queued_at.isoformat()
+    else:
+        history = effect_entries(log=effect.tenant.log, effect_id=effect.effect_id)
+        waiting = str(queued_by(standing(history)))
+    return effect if waiting == notice.cause else None
+
+
+def review_notices_unsent(*, created_before: datetime) -> list[int]:
+    """Notices no run has tried yet (their sending was lost: a broker down at commit)."""
+    return list(
+        ReviewNotice.objects.filter(
+            created_at__lt=created_before,
+            email_sent_at__isnull=True,
+            webhook_sent_at__isnull=True,
+            email_error="",
+            webhook_error="",
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def review_recipients(*, tenant: Tenant) -> list[str]:
+    """Who is emailed of the tenant's reviews: its configured addresses, else every active
+    Finance reviewer with an email address."""
+    config = ReviewNotifications.objects.filter(tenant=tenant).first()
+    if config is not None and config.emails:
+        return list(config.emails)
+    reviewers = User.objects.filter(is_active=True, groups__name=FINANCE_REVIEWERS).exclude(
+        email=""
+    )
+    return sorted(set(reviewers.values_list("email", flat=True)))
+
+
+def review_webhook(*, tenant: Tenant) -> tuple[str, str] | None:
+    """The tenant's chat webhook, (URL, signing secret), or None when it has none."""
+    config = ReviewNotifications.objects.filter(tenant=tenant).exclude(webhook_url="").first()
+    return None if config is None else (config.webhook_url, config.webhook_secret)
 
 
 def unsettled_effects(*, tenant: Tenant, limit: int) -> list[Effect]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import enum
 import hashlib
 import re
 import secrets
@@ -14,6 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator, validate_email
 from django.db import transaction
 from django.utils import timezone
 
@@ -67,12 +70,15 @@ from notary.models import (
     Lease,
     LeaseRequest,
     ReviewAssignment,
+    ReviewEvent,
+    ReviewNotice,
+    ReviewNotifications,
     Role,
     Target,
     Tenant,
     Tier,
 )
-from notary.projection import effect_fields
+from notary.projection import effect_fields, queued_by
 
 TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -980,13 +986,69 @@ def effects_rebuild(*, tenant: Tenant) -> int:
 def _project_effect(
     *, tenant: Tenant, history: Sequence[LedgerEntry], created: bool = False
 ) -> None:
-    """Write the Effect row for `history`, the effect's entries as of this transaction."""
+    """Write the Effect row for `history`, the effect's entries as of this transaction, and
+    the review notice its change calls for in the same transaction (the outbox)."""
     fields = effect_fields(history)
     effect_id = history[0].effect_id
+    before = None
     if created:
         Effect.objects.create(tenant=tenant, effect_id=effect_id, **fields)
     else:
-        Effect.objects.filter(tenant=tenant, effect_id=effect_id).update(**fields)
+        rows = Effect.objects.filter(tenant=tenant, effect_id=effect_id)
+        before = rows.values("state", "contradicted").first()
+        rows.update(**fields)
+    due = _review_event(before=before, after=fields, history=history)
+    if due is not None:
+        _review_notice_add(tenant=tenant, effect_id=effect_id, event=due[0], cause=due[1])
+
+
+def _in_review_queue(row: Mapping[str, Any] | None) -> bool:
+    """selectors.review_queue's condition, on one row's fields."""
+    return row is not None and (row["state"] == "AMBIGUOUS" or bool(row["contradicted"]))
+
+
+def _review_event(
+    *,
+    before: Mapping[str, Any] | None,
+    after: Mapping[str, Any],
+    history: Sequence[LedgerEntry],
+) -> tuple[ReviewEvent, str] | None:
+    """The event the reviewers are told of when the row goes from `before` to `after`, and
+    its cause (the seq of the entry that queued the effect), or None. A person's decision
+    newly contradicted is that, not a plain entry into the queue."""
+    stood = standing(history)
+    cause = queued_by(stood)
+    if cause is None:
+        return None
+    newly_contradicted = after["contradicted"] and not (before or {}).get("contradicted")
+    if (
+        newly_contradicted
+        and stood.verdict is not None
+        and stood.verdict.kind == EntryKind.RESOLVED
+    ):
+        return ReviewEvent.DECISION_CONTRADICTED, str(cause)
+    if _in_review_queue(after) and not _in_review_queue(before):
+        return ReviewEvent.ENTERED_QUEUE, str(cause)
+    return None
+
+
+def _review_notice_add(*, tenant: Tenant, effect_id: str, event: ReviewEvent, cause: str) -> bool:
+    """The notice, once per (effect, event, cause), its sending queued after commit; whether
+    this call wrote it."""
+    notice, created = ReviewNotice.objects.get_or_create(
+        tenant=tenant, effect_id=effect_id, event=event, cause=cause
+    )
+    if created:
+        # robust: a broker that is down fails no committed write; the notice waits for the
+        # stranded-notice sweep (notary.tasks.send_stranded_review_notices).
+        transaction.on_commit(lambda: _queue_review_notice(notice.pk), robust=True)
+    return created
+
+
+def _queue_review_notice(notice_id: int) -> None:
+    from notary.tasks import send_review_notice  # the tasks module imports this one
+
+    send_review_notice.delay(notice_id)
 
 
 def _history_of(*, tenant: Tenant, effect_id: str) -> list[LedgerEntry]:
@@ -1204,3 +1266,107 @@ def _notary_lookup(target: Target, effect_id: str, payload: Mapping[str, Any]) -
         return service.lookup(effect_id, payload)
     except ValueError as exc:  # an answer that is not the contract's
         return Unknown(f"unreadable lookup answer: {exc}")
+
+
+# --- review notices: who is told, and the claims their sending takes (notary.notifications) ---
+
+MAX_REVIEW_EMAILS = 50
+MAX_WEBHOOK_URL = 2000  # ReviewNotifications.webhook_url
+_WEBHOOK_URL = URLValidator(schemes=["http", "https"])
+
+
+class NoticeChannel(enum.StrEnum):
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+@transaction.atomic(durable=True)
+def review_notifications_set(
+    *, tenant: Tenant, emails: Sequence[str] | None = None, webhook_url: str | None = None
+) -> tuple[ReviewNotifications, str]:
+    """Set who the tenant's review notices go to; None keeps what is set. `emails` empty: the
+    active Finance reviewers with an address. `webhook_url` "": no webhook; a URL gets a new
+    signing secret, returned this once (else "") and never shown again."""
+    checked = None if emails is None else _checked_emails(emails)
+    if webhook_url:
+        try:
+            _WEBHOOK_URL(webhook_url)
+        except ValidationError as refused:
+            raise NotaryInputError(f"webhook URL {webhook_url!r}: an http(s) URL") from refused
+        if len(webhook_url) > MAX_WEBHOOK_URL:
+            raise NotaryInputError(f"the webhook URL is longer than {MAX_WEBHOOK_URL} characters")
+    config, _ = ReviewNotifications.objects.select_for_update().get_or_create(tenant=tenant)
+    if checked is not None:
+        config.emails = checked
+    secret = ""
+    if webhook_url is not None:
+        if webhook_url:
+            secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+        config.webhook_url, config.webhook_secret = webhook_url, secret
+    config.save()
+    return config, secret
+
+
+def _checked_emails(emails: Sequence[str]) -> list[str]:
+    """Valid addresses, each once, in the order given."""
+    unique = list(dict.fromkeys(address.strip() for address in emails))
+    if len(unique) > MAX_REVIEW_EMAILS:
+        raise NotaryInputError(f"at most {MAX_REVIEW_EMAILS} addresses")
+    for address in unique:
+        try:
+            validate_email(address)
+        except ValidationError as refused:
+            raise NotaryInputError(f"{address!r} is not an email address") from refused
+    return unique
+
+
+@transaction.atomic(durable=True)
+def review_notice_overdue(*, effect: Effect) -> bool:
+    """The sla_passed notice of the effect's current wait (once per queued_at), its sending
+    queued after commit; whether this call wrote it."""
+    if effect.queued_at is None:
+        return False
+    return _review_notice_add(
+        tenant=effect.tenant,
+        effect_id=effect.effect_id,
+        event=ReviewEvent.SLA_PASSED,
+        cause=effect.queued_at.isoformat(),
+    )
+
+
+def review_notice_claim(
+    *, notice_id: int, channel: NoticeChannel, destination: str
+) -> datetime | None:
+    """Take the channel's one send for this run before sending, recording where it goes (the
+    addresses, or the URL): the moment claimed, or None when another run took it (or sent it)."""
+    now = timezone.now()
+    taken = ReviewNotice.objects.filter(
+        pk=notice_id, **{f"{channel}_sent_at__isnull": True}
+    ).update(**{f"{channel}_sent_at": now, _DESTINATION[channel]: destination})
+    return now if taken else None
+
+
+_DESTINATION = {NoticeChannel.EMAIL: "email_to", NoticeChannel.WEBHOOK: "webhook_url"}
+
+
+def review_notice_release(
+    *, notice_id: int, channel: NoticeChannel, claimed_at: datetime, error: str
+) -> None:
+    """Give back a claim when the failure proves nothing was delivered, saying why: a later
+    try may send it."""
+    ReviewNotice.objects.filter(pk=notice_id, **{f"{channel}_sent_at": claimed_at}).update(
+        **{f"{channel}_sent_at": None, f"{channel}_error": error}
+    )
+
+
+def review_notice_record(*, notice_id: int, channel: NoticeChannel, error: str) -> None:
+    """What became of a claimed send: "" delivered, else why it may not have been (the claim
+    stays: what may have been delivered is never sent again)."""
+    ReviewNotice.objects.filter(pk=notice_id).update(**{f"{channel}_error": error})
+
+
+def review_notice_skip(*, notice_id: int, channel: NoticeChannel, why: str) -> None:
+    """Say why an unclaimed channel was not sent (nothing configured, nobody waits now)."""
+    ReviewNotice.objects.filter(pk=notice_id, **{f"{channel}_sent_at__isnull": True}).update(
+        **{f"{channel}_error": why}
+    )

@@ -305,6 +305,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.witness_latest_checkpoints",
         "schedule": float(env_int("NOTARY_CHECKPOINT_INTERVAL_SECONDS", 60)),
     },
+    "notify-overdue-reviews": {
+        "task": "notary.tasks.notify_overdue_reviews",
+        "schedule": 60.0,
+    },
+    "send-stranded-review-notices": {
+        "task": "notary.tasks.send_stranded_review_notices",
+        "schedule": 60.0,
+    },
     "prune-webhook-quarantine": {
         "task": "webhooks.tasks.prune_unverified_requests",
         "schedule": 3600.0,
@@ -338,6 +346,26 @@ LEDGER_WITNESSES = parse_witnesses(env_str("LEDGER_WITNESSES", "")) + parse_witn
 # How long one add-checkpoint request to a witness may take before the try counts as failed
 # (the beat's witness-checkpoints task tries again).
 LEDGER_WITNESS_TIMEOUT_SECONDS = float(env_int("LEDGER_WITNESS_TIMEOUT_SECONDS", 10))
+
+# Review notices (notary.notifications): the effect pages they link to are under this URL, and
+# one try of a notice's email or webhook waits this long for an answer.
+NOTARY_PUBLIC_URL = env_str("NOTARY_PUBLIC_URL", "http://localhost:8000").rstrip("/")
+NOTARY_NOTIFY_TIMEOUT_SECONDS = float(env_int("NOTARY_NOTIFY_TIMEOUT_SECONDS", 10))
+# Email through Django's mail framework: an SMTP server once EMAIL_HOST is set; before that the
+# embedded mode prints each email on the console.
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if "EMAIL_HOST" in os.environ
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Interlock notary <notary@localhost>")
 
 LOGGING = {
     "version": 1,

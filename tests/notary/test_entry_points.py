@@ -59,6 +59,8 @@ def test_compose_celery_commands_name_the_project_app() -> None:
         "webhooks.tasks.ingest_stranded_events",
         "webhooks.tasks.prune_unverified_requests",
         "ledger.tasks.witness_latest_checkpoints",
+        "notary.tasks.notify_overdue_reviews",
+        "notary.tasks.send_stranded_review_notices",
     }
     assert scheduled <= set(app.tasks)
 
