@@ -7,7 +7,10 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Protocol
+
+from babel.numbers import get_currency_precision
 
 from gate_client.money import payload_money
 from ledger.core.entries import Entry
@@ -23,7 +26,8 @@ class Writable(Protocol):
 class Summary:
     """An auditor's totals of the receipts verified: how many, and how much money, per month
     the effect was proposed in, target, final state and currency. The amount is the proposed
-    payload's (gate_client.money), in minor units; a payload with none counts with no amount."""
+    payload's (gate_client.money), in minor units, and again in the currency's major unit; a
+    payload with none counts with no amount."""
 
     rows: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # -> receipts
     amounts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
@@ -40,7 +44,17 @@ class Summary:
 
     def write_csv(self, out: Writable) -> None:
         writer = csv.writer(out)
-        writer.writerow(["month", "target", "final_state", "currency", "receipts", "amount"])
+        columns = ["month", "target", "final_state", "currency", "receipts", "amount"]
+        writer.writerow([*columns, "amount_in_currency"])
         for key in sorted(self.rows):
-            amount = str(self.amounts[key]) if key in self.amounts else ""
-            writer.writerow([*key, self.rows[key], amount])
+            amount = self.amounts.get(key)
+            shown = "" if amount is None else str(amount)
+            writer.writerow([*key, self.rows[key], shown, in_currency(amount, key[3])])
+
+
+def in_currency(amount_minor: int | None, currency: str) -> str:
+    """Minor units as a decimal of the currency's major unit (cents to "12.50", yen to "800"),
+    for a spreadsheet; blank without an amount or a currency to know the unit by."""
+    if amount_minor is None or not currency:
+        return ""
+    return str(Decimal(amount_minor).scaleb(-get_currency_precision(currency)))

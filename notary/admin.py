@@ -45,7 +45,7 @@ from notary.models import (
     Target,
     Tenant,
 )
-from notary.templatetags.review import money
+from notary.templatetags.review import limits, money
 
 # The desk's pages need the width: the queue's columns and an effect's ledger entries matter
 # more than a sidebar repeating the home page's list.
@@ -500,12 +500,22 @@ def _by_tenant(queryset: QuerySet[Effect]) -> list[tuple[Tenant, list[Effect]]]:
     ]
 
 
+class LimitsInWords:
+    """A lease's limits as a person reads them, not as a dict: "amount at most 500 in the
+    payload's minor units" (a lease names no currency; the payload it bounds does)."""
+
+    @admin.display(description="limits")
+    def limits_in_words(self, obj: Lease | LeaseRequest) -> str:
+        return limits(obj.limits)
+
+
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin):
+class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
     list_display = [
         "lease_id",
         "case_id",
         "action",
+        "limits_in_words",
         "tenant",
         "granted_by",
         "expires_at",
@@ -518,7 +528,7 @@ class LeaseAdmin(ReadOnlyAdmin):
         "lease_id",
         "case_id",
         "action",
-        "limits",
+        "limits_in_words",
         "payload_hash",
         "expires_at",
         "requested_by",
@@ -585,8 +595,16 @@ class LeaseAdmin(ReadOnlyAdmin):
 
 
 @admin.register(LeaseRequest)
-class LeaseRequestAdmin(ReadOnlyAdmin):
-    list_display = ["request_id", "case_id", "action", "tenant", "requested_by", "lease"]
+class LeaseRequestAdmin(LimitsInWords, ReadOnlyAdmin):
+    list_display = [
+        "request_id",
+        "case_id",
+        "action",
+        "limits_in_words",
+        "tenant",
+        "requested_by",
+        "lease",
+    ]
     list_filter = ["tenant", "action"]
     search_fields = ["request_id", "case_id", "requested_by"]
     fields = [
@@ -594,7 +612,7 @@ class LeaseRequestAdmin(ReadOnlyAdmin):
         "request_id",
         "case_id",
         "action",
-        "limits",
+        "limits_in_words",
         "payload_hash",
         "expires_at",
         "requested_by",

@@ -160,10 +160,18 @@ def test_the_summary_counts_receipts_and_money_per_month_target_state_and_curren
     month = read[0]["month"]
     assert len(month) == 7 and month[4] == "-"
     assert [
-        (r["target"], r["final_state"], r["currency"], r["receipts"], r["amount"]) for r in read
+        (
+            r["target"],
+            r["final_state"],
+            r["currency"],
+            r["receipts"],
+            r["amount"],
+            r["amount_in_currency"],
+        )
+        for r in read
     ] == [
-        ("mail", "COMMITTED", "", "1", ""),
-        ("payments", "AMBIGUOUS", "USD", "1", "4000"),
-        ("payments", "COMMITTED", "EUR", "1", "900"),
-        ("payments", "COMMITTED", "USD", "2", "2000"),
+        ("mail", "COMMITTED", "", "1", "", ""),
+        ("payments", "AMBIGUOUS", "USD", "1", "4000", "40.00"),
+        ("payments", "COMMITTED", "EUR", "1", "900", "9.00"),
+        ("payments", "COMMITTED", "USD", "2", "2000", "20.00"),
     ]

@@ -66,6 +66,6 @@ def test_the_admin_summary_is_the_verified_exports_summary(
     assert from_admin == summary.read_bytes().decode()  # the very same table
     rows = [line.split(",")[1:] for line in from_admin.splitlines()[1:]]
     assert rows == [
-        ["payments", "AMBIGUOUS", "EUR", "1", "900"],
-        ["payments", "COMMITTED", "USD", "2", "2000"],
+        ["payments", "AMBIGUOUS", "EUR", "1", "900", "9.00"],
+        ["payments", "COMMITTED", "USD", "2", "2000", "20.00"],
     ]

@@ -17,7 +17,7 @@ from notary import services
 from notary.groups import FINANCE_REVIEWERS
 from notary.models import Effect, Tenant
 from notary.selectors import effect_projection_differences
-from testkit.factories import register, settled
+from testkit.factories import leased, register, settled
 
 pytestmark = pytest.mark.django_db
 QUEUE = "/admin/notary/ambiguouseffect/"
@@ -144,3 +144,12 @@ def test_the_effect_page_shows_money_limits_and_json(
     assert '<span id="lease-limits">no limits</span>' in page
     assert "{&#x27;" not in page and "{'" not in page  # no Python reprs
     assert "&quot;payload_hash&quot;: " in page  # ledger bodies as JSON
+
+
+def test_lease_pages_show_limits_in_words(reviewer: Client, acme: Tenant) -> None:
+    lease = leased(acme, "case-9", "refund", limits={"amount_cents": 5_000})
+    listing = reviewer.get("/admin/notary/lease/").content.decode()
+    assert "amount at most 5,000 in the payload&#x27;s minor units" in listing
+    page = reviewer.get(f"/admin/notary/lease/{lease.pk}/change/").content.decode()
+    assert "amount at most 5,000 in the payload&#x27;s minor units" in page
+    assert "{&#x27;amount_cents&#x27;" not in page
