@@ -317,7 +317,7 @@ def test_webhooks_arrive_signed_sent_then_delivered_or_bounced(tmp_path: Path) -
     with webhook_endpoint() as endpoint, resend_with_webhooks(tmp_path, endpoint) as server:
         delivered = send("k-1")
         bounced = send("k-2", to=["Bounce <bounced@resend.dev>"])
-        wait_for(lambda: len(endpoint.events()) == 4)
+        wait_for(lambda: len(endpoint.events()) == 4 and len(server.deliveries()) == 4)
 
         assert all(verified for _, _, verified in endpoint.attempts)
         by_email: dict[str, list[str]] = {}
@@ -341,7 +341,8 @@ def test_a_failed_delivery_is_retried_under_the_same_message_id(tmp_path: Path) 
         resend_with_webhooks(tmp_path, endpoint) as server,
     ):
         send("k-1")
-        wait_for(lambda: len(endpoint.events()) == 3)
+        # The server logs a delivery once its answer is back, after the endpoint has it.
+        wait_for(lambda: len(endpoint.events()) == 3 and len(server.deliveries()) == 3)
 
         first, retry = endpoint.attempts[:2]
         assert first[1] == retry[1]
