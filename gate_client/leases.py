@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gate_client.money import payload_money
 from ledger.core.entries import Entry, EntryKind, format_timestamp
 
 
@@ -25,9 +26,12 @@ class Lease:
     limits: Mapping[str, int] = field(default_factory=dict)
     # When set, the lease approves exactly this payload (sha256 hex of its canonical bytes).
     payload_hash: str | None = None
+    # When set (ISO 4217, upper case), the lease approves only payloads in this currency, and its
+    # amount limits count in it: 2000 is $20.00, not ¥2,000. None: any currency (older leases).
+    currency: str | None = None
 
     def body(self) -> dict[str, Any]:
-        return {
+        body = {
             "lease_id": self.lease_id,
             "case_id": self.case_id,
             "action": self.action,
@@ -36,6 +40,8 @@ class Lease:
             "limits": dict(self.limits),
             "payload_hash": self.payload_hash,
         }
+        # Named only when set, so a lease without one keeps the body it always had.
+        return body if self.currency is None else {**body, "currency": self.currency}
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Lease:
@@ -47,6 +53,7 @@ class Lease:
             granted_by=body["granted_by"],
             limits=dict(body["limits"]),
             payload_hash=body["payload_hash"],
+            currency=body.get("currency"),
         )
 
 
@@ -91,8 +98,21 @@ def lease_refusal(
         return "lease_expired", f"expired at {format_timestamp(lease.expires_at)}"
     if lease.case_id != case_id or lease.action != action:
         return "lease_scope", f"lease covers {lease.action} on {lease.case_id}"
+    return _payload_refusal(lease, payload, payload_hash)
+
+
+def _payload_refusal(
+    lease: Lease, payload: Mapping[str, Any], payload_hash: str
+) -> tuple[str, str] | None:
+    """What the lease's payload terms say of this payload: its exact hash, its currency, and
+    each amount within its limit."""
     if lease.payload_hash is not None and lease.payload_hash != payload_hash:
         return "lease_scope", "lease approves another payload"
+    if lease.currency is not None:
+        money = payload_money(payload)
+        named = money.currency if money is not None and money.currency else "no currency"
+        if named != lease.currency:
+            return "lease_scope", f"the payload is in {named}, the lease approves {lease.currency}"
     for name, maximum in lease.limits.items():
         # A limit bounds an amount: a positive integer up to the maximum, never only a maximum
         # (a negative refund is not "within" a limit of 2000).

@@ -382,6 +382,7 @@ class NotaryJournal:
             granted_by=shown["granted_by"],
             limits=shown["limits"],
             payload_hash=shown["payload_hash"] or None,
+            currency=shown.get("currency") or None,
         )
         revoked_at = shown["revoked_at"]
         if revoked_at is None:

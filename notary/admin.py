@@ -501,12 +501,13 @@ def _by_tenant(queryset: QuerySet[Effect]) -> list[tuple[Tenant, list[Effect]]]:
 
 
 class LimitsInWords:
-    """A lease's limits as a person reads them, not as a dict: "amount at most 500 in the
-    payload's minor units" (a lease names no currency; the payload it bounds does)."""
+    """A lease's limits as a person reads them, not as a dict: "amount at most $20.00" in the
+    lease's currency, or "amount at most 2,000 in the payload's minor units" for a lease that
+    approves any currency."""
 
     @admin.display(description="limits")
     def limits_in_words(self, obj: Lease | LeaseRequest) -> str:
-        return limits(obj.limits)
+        return limits(obj.limits, obj.currency)
 
 
 @admin.register(Lease)

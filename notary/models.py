@@ -153,6 +153,8 @@ class Lease(models.Model):
     action = models.CharField(max_length=100)
     limits = models.JSONField(default=dict)
     payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
+    # ISO 4217: it approves only payloads in this currency, and its limits count in it.
+    currency = models.CharField(max_length=3, blank=True)  # "": any currency
     expires_at = models.DateTimeField()
     requested_by = models.CharField(max_length=200)
     granted_by = models.CharField(max_length=200)
@@ -179,6 +181,8 @@ class LeaseRequest(models.Model):
     action = models.CharField(max_length=100)
     limits = models.JSONField(default=dict)
     payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
+    # ISO 4217: it approves only payloads in this currency, and its limits count in it.
+    currency = models.CharField(max_length=3, blank=True)  # "": any currency
     expires_at = models.DateTimeField()
     requested_key = models.ForeignKey(
         ApiKey, on_delete=models.PROTECT, related_name="lease_requests"

@@ -34,6 +34,7 @@ from notary.services import (
 # holds no NUL); the services refuse one too.
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 PAYLOAD_HASH = r"^[0-9a-f]{64}$"  # SHA-256 of the canonical payload, lowercase hex
+CURRENCY = r"^[A-Za-z]{3}$"  # ISO 4217; stored upper case
 HASH_MESSAGE = "payload_hash must be 64 lowercase hex digits (SHA-256)"
 TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TARGET_NAME
 
@@ -139,6 +140,13 @@ class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
         error_messages={"invalid": HASH_MESSAGE},
         help_text="pin the lease to this exact payload (SHA-256 of its canonical JSON)",
     )
+    currency = StrictRegexField(
+        CURRENCY,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": "currency: three letters of ISO 4217, e.g. USD"},
+        help_text="approve only payloads in this currency; the limits count in it",
+    )
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -160,6 +168,13 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
         allow_null=True,
         error_messages={"invalid": HASH_MESSAGE},
         help_text="pin the lease to this exact payload (SHA-256 of its canonical JSON)",
+    )
+    currency = StrictRegexField(
+        CURRENCY,
+        required=False,
+        allow_null=True,
+        error_messages={"invalid": "currency: three letters of ISO 4217, e.g. USD"},
+        help_text="approve only payloads in this currency; the limits count in it",
     )
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +202,7 @@ class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "action",
             "limits",
             "payload_hash",
+            "currency",
             "expires_at",
             "requested_by",
             "requested_key",
@@ -306,6 +322,7 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "action",
             "limits",
             "payload_hash",
+            "currency",
             "expires_at",
             "requested_by",
             "granted_by",

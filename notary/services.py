@@ -312,6 +312,10 @@ class _LeaseTerms:
     expires_at: datetime
     limits: dict[str, int]
     payload_hash: str | None
+    currency: str | None
+
+
+_CURRENCY = re.compile(r"[A-Z]{3}")
 
 
 def _lease_terms(
@@ -321,6 +325,7 @@ def _lease_terms(
     expires_at: datetime,
     limits: Mapping[str, int] | None,
     payload_hash: str | None,
+    currency: str | None,
 ) -> _LeaseTerms:
     """What a lease covers, checked as a request and a grant both take it."""
     if not case_id or not action:
@@ -333,7 +338,10 @@ def _lease_terms(
     _check_limits(checked)
     if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
         raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
-    return _LeaseTerms(case_id, action, expires_at, checked, payload_hash)
+    named = currency.upper() if isinstance(currency, str) and currency else None
+    if named is not None and not _CURRENCY.fullmatch(named):
+        raise NotaryInputError("currency: three letters of ISO 4217, e.g. USD")
+    return _LeaseTerms(case_id, action, expires_at, checked, payload_hash, named)
 
 
 @transaction.atomic(durable=True)
@@ -346,6 +354,7 @@ def lease_request(
     expires_at: datetime,
     limits: Mapping[str, int] | None = None,
     payload_hash: str | None = None,
+    currency: str | None = None,
 ) -> LeaseRequest:
     """Ask for a lease under an agent key: its holder is the requester, whatever anyone types."""
     if requester.role != Role.AGENT or requester.tenant_id != tenant.pk:
@@ -356,6 +365,7 @@ def lease_request(
         expires_at=expires_at,
         limits=limits,
         payload_hash=payload_hash,
+        currency=currency,
     )
     return LeaseRequest.objects.create(
         tenant=tenant,
@@ -364,6 +374,7 @@ def lease_request(
         action=terms.action,
         limits=terms.limits,
         payload_hash=terms.payload_hash or "",
+        currency=terms.currency or "",
         expires_at=terms.expires_at,
         requested_key=requester,
         requested_by=requester.holder,
@@ -394,6 +405,7 @@ def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) ->
         expires_at=request.expires_at,
         limits=request.limits,
         payload_hash=request.payload_hash or None,
+        currency=request.currency or None,
     )
     lease = _grant(
         tenant=tenant,
@@ -421,6 +433,7 @@ def lease_grant(
     requested_by: str,
     limits: Mapping[str, int] | None = None,
     payload_hash: str | None = None,
+    currency: str | None = None,
 ) -> Lease:
     """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction.
     `requested_by` names the holder of an agent key of the tenant, compared in canonical form
@@ -432,6 +445,7 @@ def lease_grant(
         expires_at=expires_at,
         limits=limits,
         payload_hash=payload_hash,
+        currency=currency,
     )
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):
@@ -478,6 +492,7 @@ def _grant(
         granted_by=approver.holder,
         limits=terms.limits,
         payload_hash=terms.payload_hash,
+        currency=terms.currency,
     )
     entry = append_entry(
         log=tenant.log,
@@ -491,6 +506,7 @@ def _grant(
         action=terms.action,
         limits=terms.limits,
         payload_hash=terms.payload_hash or "",
+        currency=terms.currency or "",
         expires_at=terms.expires_at,
         requested_by=requester,
         granted_by=approver.holder,
@@ -1087,6 +1103,7 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
         granted_by=lease.granted_by,
         limits=lease.limits,
         payload_hash=lease.payload_hash or None,
+        currency=lease.currency or None,
     )
     return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -76,3 +77,53 @@ def test_a_lease_for_an_exact_payload_refuses_any_other() -> None:
 
 def test_lease_bodies_round_trip() -> None:
     assert Lease.from_body(LEASE.body()) == LEASE
+
+
+IN_DOLLARS = replace(LEASE, currency="USD")
+
+
+@pytest.mark.parametrize(
+    ("payload", "refused"),
+    [
+        ({"amount_cents": 2000, "currency": "usd"}, None),  # exactly at the limit
+        ({"amount_cents": 2000, "currency": "USD"}, None),
+        ({"amount_cents": 1, "currency": "usd"}, None),
+        ({"amount_cents": 2001, "currency": "usd"}, "amount_cents=2001 exceeds the limit 2000"),
+        ({"amount_cents": 0, "currency": "usd"}, "amount_cents=0 is not an amount: at least 1"),
+        (
+            {"amount_cents": -500, "currency": "usd"},
+            "amount_cents=-500 is not an amount: at least 1",
+        ),
+        (
+            {"amount_cents": 2000, "currency": "jpy"},
+            "the payload is in JPY, the lease approves USD",
+        ),
+        ({"amount_cents": 2000}, "the payload is in no currency, the lease approves USD"),
+        (
+            {"amount_cents": 2000, "currency": "dollars"},
+            "the payload is in no currency, the lease approves USD",
+        ),
+    ],
+    ids=[
+        "at-limit",
+        "upper-case",
+        "one-cent",
+        "one-cent-over",
+        "zero",
+        "negative",
+        "other-currency",
+        "no-currency",
+        "unreadable-currency",
+    ],
+)
+def test_a_lease_in_a_currency_bounds_amounts_in_that_currency_only(
+    payload: dict[str, object], refused: str | None
+) -> None:
+    result = refusal(LeaseState(IN_DOLLARS), payload=payload)
+    assert result == (None if refused is None else ("lease_scope", refused))
+
+
+def test_a_lease_without_a_currency_keeps_its_body_and_meaning() -> None:
+    assert "currency" not in LEASE.body()  # entries granted before currencies read the same
+    assert Lease.from_body(IN_DOLLARS.body()) == IN_DOLLARS
+    assert refusal(LeaseState(LEASE), payload={"amount_cents": 2000, "currency": "jpy"}) is None

@@ -103,3 +103,16 @@ def test_bad_input_is_a_400_with_the_error_body_and_writes_nothing(
     assert body["error"] == "invalid"
     assert field_or_message in str(body["detail"])
     assert acme.log.entries.count() == 0
+
+
+def test_a_lease_names_its_currency_and_a_bad_one_is_a_400(acme: Tenant) -> None:
+    approver = client_for(acme, "approver", "alice@acme.example")
+    granted = approver.post("/v1/leases", grant_body(currency="eur"), format="json")
+    assert granted.status_code == 201, granted.json()
+    assert granted.json()["currency"] == "EUR"
+    refused = approver.post("/v1/leases", grant_body(currency="euros"), format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid"
+    assert "currency" in refused.json()["detail"]
+    plain = approver.post("/v1/leases", grant_body(), format="json")
+    assert plain.json()["currency"] == ""  # approves any currency, as before

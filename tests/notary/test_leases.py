@@ -145,3 +145,41 @@ def test_a_reason_may_run_over_several_lines(acme: Tenant, approver: ApiKey) -> 
     revoked = services.lease_revoke(tenant=acme, lease_id=lease.lease_id, by="c", reason=reason)
     assert ledger_entries(acme)[1].body_value()["reason"] == reason
     assert revoked.lease.revoked_reason == reason
+
+
+def test_a_lease_in_a_currency_approves_payloads_in_it_only(acme: Tenant, approver: ApiKey) -> None:
+    """Granted as "usd", recorded as USD in the entry and the row; the dispatch-time rule the
+    notary applies refuses a yen or currency-less refund under it, at the limit or not."""
+    lease = grant(acme, approver, currency="usd")
+    assert lease.currency == "USD"
+    [entry] = list(ledger_selectors.iter_entries(log=acme.log))
+    assert entry.body_value()["currency"] == "USD"
+    live = lease_states([entry])[lease.lease_id]  # as the receipt replays it
+    assert live.lease.currency == "USD"
+
+    def dispatch(payload: dict[str, Any]) -> tuple[str, str] | None:
+        return lease_refusal(
+            live,
+            case_id="case_4711",
+            action="refund",
+            payload=payload,
+            payload_hash="h",
+            now=timezone.now(),
+        )
+
+    assert dispatch({"amount_cents": 2000, "currency": "usd"}) is None
+    assert dispatch({"amount_cents": 2000, "currency": "jpy"}) == (
+        "lease_scope",
+        "the payload is in JPY, the lease approves USD",
+    )
+    assert dispatch({"amount_cents": 1500})[0] == "lease_scope"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("currency", ["dollars", "US", "U$D", "12"])
+def test_a_currency_that_is_not_three_letters_is_refused(
+    acme: Tenant, approver: ApiKey, currency: str
+) -> None:
+    with pytest.raises(NotaryInputError, match="currency: three letters of ISO 4217"):
+        grant(acme, approver, currency=currency)
+    assert Lease.objects.count() == 0
+    assert list(ledger_selectors.iter_entries(log=acme.log)) == []
