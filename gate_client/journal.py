@@ -72,6 +72,7 @@ class DispatchRequest:
     payload_hash: str
     premises: Sequence[Mapping[str, Any]]
     recovery: bool = False
+    case_class: str | None = None  # the class the proposal names for its case
 
     @classmethod
     def of_proposal(
@@ -93,6 +94,7 @@ class DispatchRequest:
             payload_hash=proposed["payload_hash"],
             premises=premises,
             recovery=recovery,
+            case_class=proposed.get("case_class"),
         )
 
     def lease_refusal(self, state: LeaseState | None, *, now: datetime) -> tuple[str, str] | None:
@@ -103,6 +105,7 @@ class DispatchRequest:
             payload=self.payload,
             payload_hash=self.payload_hash,
             now=now,
+            case_class=self.case_class,
         )
 
     def entry_body(self) -> dict[str, Any]:

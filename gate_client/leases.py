@@ -5,6 +5,7 @@ recording DISPATCHED, so the journal's order alone shows whether the lease was l
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,11 @@ class Lease:
     # When set (ISO 4217, upper case), the lease approves only payloads in this currency, and its
     # amount limits count in it: 2000 is $20.00, not ¥2,000. None: any currency (older leases).
     currency: str | None = None
+    # A standing lease covers a class of cases instead of one `case_id` (then ""): every case
+    # the proposal says is of this class (a queue, a tag), or every case id matching this
+    # pattern (shell-style, case-sensitive: "RF-*").
+    case_class: str | None = None
+    case_pattern: str | None = None
 
     def body(self) -> dict[str, Any]:
         body = {
@@ -40,8 +46,24 @@ class Lease:
             "limits": dict(self.limits),
             "payload_hash": self.payload_hash,
         }
-        # Named only when set, so a lease without one keeps the body it always had.
-        return body if self.currency is None else {**body, "currency": self.currency}
+        # Each named only when set, so a lease without them keeps the body it always had.
+        optional = {
+            "currency": self.currency,
+            "case_class": self.case_class,
+            "case_pattern": self.case_pattern,
+        }
+        return {**body, **{name: value for name, value in optional.items() if value is not None}}
+
+    def covers_case(self, case_id: str, case_class: str | None) -> bool:
+        if self.case_class is not None:
+            return case_class == self.case_class
+        if self.case_pattern is not None:
+            return fnmatch.fnmatchcase(case_id, self.case_pattern)
+        return case_id == self.case_id
+
+    @property
+    def cases(self) -> str:
+        return cases_in_words(self.case_id, self.case_class, self.case_pattern)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Lease:
@@ -54,7 +76,18 @@ class Lease:
             limits=dict(body["limits"]),
             payload_hash=body["payload_hash"],
             currency=body.get("currency"),
+            case_class=body.get("case_class"),
+            case_pattern=body.get("case_pattern"),
         )
+
+
+def cases_in_words(case_id: str, case_class: str | None, case_pattern: str | None) -> str:
+    """The cases a lease covers, as a person reads them."""
+    if case_class:
+        return f"cases of class {case_class}"
+    if case_pattern:
+        return f"cases matching {case_pattern}"
+    return case_id
 
 
 @dataclass(frozen=True)
@@ -87,8 +120,10 @@ def lease_refusal(
     payload: Mapping[str, Any],
     payload_hash: str,
     now: datetime,
+    case_class: str | None = None,
 ) -> tuple[str, str] | None:
-    """None if the lease covers this dispatch now; else (reason, detail)."""
+    """None if the lease covers this dispatch now; else (reason, detail). `case_class`: the
+    class the proposal names for its case, if any."""
     if state is None:
         return "lease_scope", "no such lease"
     lease = state.lease
@@ -96,8 +131,8 @@ def lease_refusal(
         return "lease_revoked", f"revoked by {state.revoked_by}"
     if now >= lease.expires_at:
         return "lease_expired", f"expired at {format_timestamp(lease.expires_at)}"
-    if lease.case_id != case_id or lease.action != action:
-        return "lease_scope", f"lease covers {lease.action} on {lease.case_id}"
+    if not lease.covers_case(case_id, case_class) or lease.action != action:
+        return "lease_scope", f"lease covers {lease.action} on {lease.cases}"
     return _payload_refusal(lease, payload, payload_hash)
 
 

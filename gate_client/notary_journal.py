@@ -383,6 +383,8 @@ class NotaryJournal:
             limits=shown["limits"],
             payload_hash=shown["payload_hash"] or None,
             currency=shown.get("currency") or None,
+            case_class=shown.get("case_class") or None,
+            case_pattern=shown.get("case_pattern") or None,
         )
         revoked_at = shown["revoked_at"]
         if revoked_at is None:

@@ -50,6 +50,9 @@ class Proposal:
     lease_id: str
     premises: Sequence[Premise] = field(default_factory=tuple)
     tenant: str = ""
+    # The class the case belongs to (a queue, a tag), for a standing lease over that class; it
+    # is not part of the effect's id.
+    case_class: str = ""
 
     @property
     def effect_id(self) -> str:
@@ -64,8 +67,11 @@ class Proposal:
         return hashlib.sha256(self.payload_bytes).hexdigest()
 
     def proposed_body(self, premises: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The PROPOSED entry's body: the decision, with the premises as observed."""
+        """The PROPOSED entry's body: the decision, with the premises as observed; `case_class`
+        only when the case has one, so a proposal without keeps the body it always had."""
+        classed = {"case_class": self.case_class} if self.case_class else {}
         return {
+            **classed,
             "case_id": self.case_id,
             "target": self.target,
             "action": self.action,

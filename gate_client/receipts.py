@@ -171,6 +171,7 @@ def _lease_was_live(journal: Sequence[Entry], fired: Entry, proposed: Mapping[st
         payload=proposed["payload"],
         payload_hash=proposed["payload_hash"],
         now=fired.created_at,
+        case_class=proposed.get("case_class"),
     )
     return refusal is None
 

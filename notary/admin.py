@@ -30,6 +30,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
+from gate_client.leases import cases_in_words
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
 from notary.errors import NotaryConflict, NotaryInputError
@@ -501,20 +502,24 @@ def _by_tenant(queryset: QuerySet[Effect]) -> list[tuple[Tenant, list[Effect]]]:
 
 
 class LimitsInWords:
-    """A lease's limits as a person reads them, not as a dict: "amount at most $20.00" in the
-    lease's currency, or "amount at most 2,000 in the payload's minor units" for a lease that
-    approves any currency."""
+    """A lease's terms as a person reads them, not as a dict: "amount at most $20.00" in the
+    lease's currency (or "amount at most 2,000 in the payload's minor units" for a lease that
+    approves any currency), and "cases of class refunds-queue" for a standing lease."""
 
     @admin.display(description="limits")
     def limits_in_words(self, obj: Lease | LeaseRequest) -> str:
         return limits(obj.limits, obj.currency)
+
+    @admin.display(description="cases", ordering="case_id")
+    def cases(self, obj: Lease | LeaseRequest) -> str:
+        return cases_in_words(obj.case_id, obj.case_class, obj.case_pattern)
 
 
 @admin.register(Lease)
 class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
     list_display = [
         "lease_id",
-        "case_id",
+        "cases",
         "action",
         "limits_in_words",
         "tenant",
@@ -523,11 +528,11 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
         "revoked",
     ]
     list_filter = ["tenant", "action", RevokedFilter]
-    search_fields = ["lease_id", "case_id"]
+    search_fields = ["lease_id", "case_id", "case_class", "case_pattern"]
     fields = [
         "tenant",
         "lease_id",
-        "case_id",
+        "cases",
         "action",
         "limits_in_words",
         "payload_hash",
@@ -599,7 +604,7 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
 class LeaseRequestAdmin(LimitsInWords, ReadOnlyAdmin):
     list_display = [
         "request_id",
-        "case_id",
+        "cases",
         "action",
         "limits_in_words",
         "tenant",
@@ -611,7 +616,7 @@ class LeaseRequestAdmin(LimitsInWords, ReadOnlyAdmin):
     fields = [
         "tenant",
         "request_id",
-        "case_id",
+        "cases",
         "action",
         "limits_in_words",
         "payload_hash",

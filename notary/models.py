@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from gate_client.leases import cases_in_words
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
 from ledger.models import Log
 
@@ -143,18 +144,32 @@ class Target(models.Model):
         return f"{self.tenant.slug}/{self.name} (tier {self.tier})"
 
 
+def _one_case_scope(name: str) -> models.CheckConstraint:
+    """A lease covers one case, or (standing) a class of cases, or a pattern: exactly one."""
+    one, class_, pattern = (
+        models.Q(case_id__gt="", case_class="", case_pattern=""),
+        models.Q(case_id="", case_class__gt="", case_pattern=""),
+        models.Q(case_id="", case_class="", case_pattern__gt=""),
+    )
+    return models.CheckConstraint(condition=one | class_ | pattern, name=name)
+
+
 class Lease(models.Model):
     """A projection of the tenant's LEASE_GRANTED / LEASE_REVOKED ledger entries, kept for
     queries; the entries are what a receipt's authorized_when_fired is replayed from."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="leases")
     lease_id = models.CharField(max_length=40, unique=True)
-    case_id = models.CharField(max_length=200)
+    case_id = models.CharField(max_length=200, blank=True)  # "": a standing lease
     action = models.CharField(max_length=100)
     limits = models.JSONField(default=dict)
     payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
     # ISO 4217: it approves only payloads in this currency, and its limits count in it.
     currency = models.CharField(max_length=3, blank=True)  # "": any currency
+    # A standing lease: every case of this class, or every case id matching this pattern
+    # (case_id is then ""); see gate_client.leases.Lease.
+    case_class = models.CharField(max_length=200, blank=True)
+    case_pattern = models.CharField(max_length=200, blank=True)
     expires_at = models.DateTimeField()
     requested_by = models.CharField(max_length=200)
     granted_by = models.CharField(max_length=200)
@@ -166,9 +181,14 @@ class Lease(models.Model):
 
     class Meta:
         permissions = [("revoke_lease", "Can revoke a lease (writes LEASE_REVOKED)")]
+        constraints = [_one_case_scope("lease_one_case_scope")]
 
     def __str__(self) -> str:
-        return f"{self.lease_id}: {self.action} on {self.case_id}"
+        return f"{self.lease_id}: {self.action} on {self.cases}"
+
+    @property
+    def cases(self) -> str:
+        return cases_in_words(self.case_id, self.case_class, self.case_pattern)
 
 
 class LeaseRequest(models.Model):
@@ -177,12 +197,16 @@ class LeaseRequest(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="lease_requests")
     request_id = models.CharField(max_length=40, unique=True)
-    case_id = models.CharField(max_length=200)
+    case_id = models.CharField(max_length=200, blank=True)  # "": a standing lease
     action = models.CharField(max_length=100)
     limits = models.JSONField(default=dict)
     payload_hash = models.CharField(max_length=64, blank=True)  # "": any payload in scope
     # ISO 4217: it approves only payloads in this currency, and its limits count in it.
     currency = models.CharField(max_length=3, blank=True)  # "": any currency
+    # A standing lease: every case of this class, or every case id matching this pattern
+    # (case_id is then ""); see gate_client.leases.Lease.
+    case_class = models.CharField(max_length=200, blank=True)
+    case_pattern = models.CharField(max_length=200, blank=True)
     expires_at = models.DateTimeField()
     requested_key = models.ForeignKey(
         ApiKey, on_delete=models.PROTECT, related_name="lease_requests"
@@ -192,6 +216,9 @@ class LeaseRequest(models.Model):
     lease = models.OneToOneField(
         Lease, null=True, blank=True, on_delete=models.PROTECT, related_name="request"
     )
+
+    class Meta:
+        constraints = [_one_case_scope("leaserequest_one_case_scope")]
 
     def __str__(self) -> str:
         return f"{self.request_id}: {self.action} on {self.case_id} for {self.requested_by}"

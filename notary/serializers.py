@@ -35,6 +35,8 @@ from notary.services import (
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 PAYLOAD_HASH = r"^[0-9a-f]{64}$"  # SHA-256 of the canonical payload, lowercase hex
 CURRENCY = r"^[A-Za-z]{3}$"  # ISO 4217; stored upper case
+CASE_CLASS_HELP = "a standing lease: every case the proposal says is of this class"
+CASE_PATTERN_HELP = 'a standing lease: every case id matching this pattern ("RF-*")'
 HASH_MESSAGE = "payload_hash must be 64 lowercase hex digits (SHA-256)"
 TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TARGET_NAME
 
@@ -127,9 +129,12 @@ class LimitsField(serializers.DictField):
 
 
 class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
-    """What an agent asks for; the requester is its key's holder."""
+    """What an agent asks for; the requester is its key's holder. One case, or for a standing
+    lease a class of cases or a pattern of case ids: exactly one of the three."""
 
-    case_id = text(MAX_CASE_ID)
+    case_id = text(MAX_CASE_ID, required=False)
+    case_class = text(MAX_CASE_ID, required=False, help_text=CASE_CLASS_HELP)
+    case_pattern = text(MAX_CASE_ID, required=False, help_text=CASE_PATTERN_HELP)
     action = text(MAX_ACTION)
     expires_at = serializers.DateTimeField(help_text="in the future")
     limits = LimitsField(required=False)
@@ -156,6 +161,8 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
 
     request_id = text(40, required=False, help_text="a lease request, granted on its own terms")
     case_id = text(MAX_CASE_ID, required=False)
+    case_class = text(MAX_CASE_ID, required=False, help_text=CASE_CLASS_HELP)
+    case_pattern = text(MAX_CASE_ID, required=False, help_text=CASE_PATTERN_HELP)
     action = text(MAX_ACTION, required=False)
     expires_at = serializers.DateTimeField(required=False, help_text="in the future")
     requested_by = StrictCharField(
@@ -184,7 +191,7 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
                     "a grant of a request_id takes its terms from the request: give nothing else"
                 )
             return data
-        missing = [f for f in ("case_id", "action", "expires_at", "requested_by") if f not in data]
+        missing = [f for f in ("action", "expires_at", "requested_by") if f not in data]
         if missing:
             raise serializers.ValidationError({name: "This field is required." for name in missing})
         return data
@@ -199,6 +206,8 @@ class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "request_id",
             "case_id",
+            "case_class",
+            "case_pattern",
             "action",
             "limits",
             "payload_hash",
@@ -319,6 +328,8 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "lease_id",
             "case_id",
+            "case_class",
+            "case_pattern",
             "action",
             "limits",
             "payload_hash",
@@ -363,6 +374,9 @@ class ProposalShape(serializers.Serializer):  # type: ignore[type-arg]
     this case, target and action, and `payload_hash` the SHA-256 of the canonical `payload`."""
 
     case_id = text(MAX_CASE_ID)
+    case_class = text(
+        MAX_CASE_ID, required=False, help_text="the case's class, for a standing lease over it"
+    )
     target = text(MAX_TARGET_NAME)
     action = text(MAX_ACTION)
     tenant = text(MAX_TARGET_NAME, help_text="the key's tenant (its slug)")

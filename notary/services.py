@@ -25,6 +25,7 @@ from gate_client.ids import effect_id_for
 from gate_client.journal import DispatchRequest
 from gate_client.leases import Lease as LeaseTerms
 from gate_client.leases import LeaseState
+from gate_client.money import AMOUNT_FIELDS
 from gate_client.protocol import (
     AGENT_VERDICT_KINDS,
     COMMITTED_STATES,
@@ -307,12 +308,14 @@ def target_register(
 
 @dataclass(frozen=True)
 class _LeaseTerms:
-    case_id: str
+    case_id: str  # "" for a standing lease, which names a case_class or a case_pattern
     action: str
     expires_at: datetime
     limits: dict[str, int]
     payload_hash: str | None
     currency: str | None
+    case_class: str | None = None
+    case_pattern: str | None = None
 
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
@@ -326,22 +329,42 @@ def _lease_terms(
     limits: Mapping[str, int] | None,
     payload_hash: str | None,
     currency: str | None,
+    case_class: str | None = None,
+    case_pattern: str | None = None,
 ) -> _LeaseTerms:
-    """What a lease covers, checked as a request and a grant both take it."""
-    if not case_id or not action:
-        raise NotaryInputError("a lease needs a case_id and an action")
-    _check_text("case_id", case_id, limit=MAX_CASE_ID)
+    """What a lease covers, checked as a request and a grant both take it: one case, or, for a
+    standing lease, every case of a class or matching a pattern."""
+    scopes = {"case_id": case_id, "case_class": case_class, "case_pattern": case_pattern}
+    named = [name for name, value in scopes.items() if value]
+    if len(named) != 1 or not action:
+        raise NotaryInputError(
+            "a lease needs an action and exactly one of case_id, case_class and case_pattern"
+        )
+    _check_text(named[0], scopes[named[0]], limit=MAX_CASE_ID)
     _check_text("action", action, limit=MAX_ACTION)
     if expires_at <= timezone.now():
         raise NotaryInputError("expires_at must be in the future")
     checked = dict(limits or {})
     _check_limits(checked)
+    if named[0] != "case_id" and not any(name in checked for name in AMOUNT_FIELDS):
+        raise NotaryInputError(
+            "a standing lease bounds each effect's amount: give it an amount_cents or amount limit"
+        )
     if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
         raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
-    named = currency.upper() if isinstance(currency, str) and currency else None
-    if named is not None and not _CURRENCY.fullmatch(named):
+    money = currency.upper() if isinstance(currency, str) and currency else None
+    if money is not None and not _CURRENCY.fullmatch(money):
         raise NotaryInputError("currency: three letters of ISO 4217, e.g. USD")
-    return _LeaseTerms(case_id, action, expires_at, checked, payload_hash, named)
+    return _LeaseTerms(
+        case_id or "",
+        action,
+        expires_at,
+        checked,
+        payload_hash,
+        money,
+        case_class or None,
+        case_pattern or None,
+    )
 
 
 @transaction.atomic(durable=True)
@@ -349,12 +372,14 @@ def lease_request(
     *,
     tenant: Tenant,
     requester: ApiKey,
-    case_id: str,
+    case_id: str = "",
     action: str,
     expires_at: datetime,
     limits: Mapping[str, int] | None = None,
     payload_hash: str | None = None,
     currency: str | None = None,
+    case_class: str | None = None,
+    case_pattern: str | None = None,
 ) -> LeaseRequest:
     """Ask for a lease under an agent key: its holder is the requester, whatever anyone types."""
     if requester.role != Role.AGENT or requester.tenant_id != tenant.pk:
@@ -366,6 +391,8 @@ def lease_request(
         limits=limits,
         payload_hash=payload_hash,
         currency=currency,
+        case_class=case_class,
+        case_pattern=case_pattern,
     )
     return LeaseRequest.objects.create(
         tenant=tenant,
@@ -375,6 +402,8 @@ def lease_request(
         limits=terms.limits,
         payload_hash=terms.payload_hash or "",
         currency=terms.currency or "",
+        case_class=terms.case_class or "",
+        case_pattern=terms.case_pattern or "",
         expires_at=terms.expires_at,
         requested_key=requester,
         requested_by=requester.holder,
@@ -406,6 +435,8 @@ def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) ->
         limits=request.limits,
         payload_hash=request.payload_hash or None,
         currency=request.currency or None,
+        case_class=request.case_class or None,
+        case_pattern=request.case_pattern or None,
     )
     lease = _grant(
         tenant=tenant,
@@ -427,13 +458,15 @@ def lease_grant(
     *,
     tenant: Tenant,
     approver: ApiKey,
-    case_id: str,
+    case_id: str = "",
     action: str,
     expires_at: datetime,
     requested_by: str,
     limits: Mapping[str, int] | None = None,
     payload_hash: str | None = None,
     currency: str | None = None,
+    case_class: str | None = None,
+    case_pattern: str | None = None,
 ) -> Lease:
     """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction.
     `requested_by` names the holder of an agent key of the tenant, compared in canonical form
@@ -446,6 +479,8 @@ def lease_grant(
         limits=limits,
         payload_hash=payload_hash,
         currency=currency,
+        case_class=case_class,
+        case_pattern=case_pattern,
     )
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):
@@ -493,6 +528,8 @@ def _grant(
         limits=terms.limits,
         payload_hash=terms.payload_hash,
         currency=terms.currency,
+        case_class=terms.case_class,
+        case_pattern=terms.case_pattern,
     )
     entry = append_entry(
         log=tenant.log,
@@ -507,6 +544,8 @@ def _grant(
         limits=terms.limits,
         payload_hash=terms.payload_hash or "",
         currency=terms.currency or "",
+        case_class=terms.case_class or "",
+        case_pattern=terms.case_pattern or "",
         expires_at=terms.expires_at,
         requested_by=requester,
         granted_by=approver.holder,
@@ -515,15 +554,17 @@ def _grant(
 
 
 def _check_grant_policy(*, tenant: Tenant, terms: _LeaseTerms) -> None:
-    """The tenant's policy, as stored now, bounds the amount and the duration of a grant."""
+    """The tenant's policy, as stored now, bounds the amount and the duration of a grant: every
+    limit on a field that carries the payload's amount (gate_client.money), whichever it is."""
     policy = Tenant.objects.values("max_lease_amount_cents", "max_lease_duration").get(pk=tenant.pk)
-    amount = terms.limits.get("amount_cents")
-    if amount is not None and amount > policy["max_lease_amount_cents"]:
-        raise NotaryForbidden(
-            "beyond_policy",
-            f"amount_cents {amount} is more than this tenant lets an approver grant "
-            f"({policy['max_lease_amount_cents']})",
-        )
+    for name in AMOUNT_FIELDS:
+        amount = terms.limits.get(name)
+        if amount is not None and amount > policy["max_lease_amount_cents"]:
+            raise NotaryForbidden(
+                "beyond_policy",
+                f"{name} {amount} is more than this tenant lets an approver grant "
+                f"({policy['max_lease_amount_cents']})",
+            )
     longest: timedelta = policy["max_lease_duration"]
     if terms.expires_at - timezone.now() > longest:
         raise NotaryForbidden(
@@ -624,6 +665,9 @@ def _check_limits(limits: Mapping[str, Any]) -> None:
 
 PROPOSAL_KEYS = frozenset(
     {"case_id", "target", "action", "tenant", "lease_id", "payload", "payload_hash", "premises"}
+)
+PROPOSAL_KEYS_REFUSAL = (
+    f"a proposal has exactly the keys {', '.join(sorted(PROPOSAL_KEYS))}, and optionally case_class"
 )
 
 
@@ -1104,16 +1148,19 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
         limits=lease.limits,
         payload_hash=lease.payload_hash or None,
         currency=lease.currency or None,
+        case_class=lease.case_class or None,
+        case_pattern=lease.case_pattern or None,
     )
     return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 
 
 def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]) -> None:
-    if set(proposal) != PROPOSAL_KEYS:
-        keys = ", ".join(sorted(PROPOSAL_KEYS))
-        raise NotaryInputError(f"a proposal has exactly the keys {keys}")
+    if set(proposal) - {"case_class"} != PROPOSAL_KEYS:
+        raise NotaryInputError(PROPOSAL_KEYS_REFUSAL)
     for key, limit in _PROPOSAL_TEXT.items():
         _check_text(f"proposal.{key}", proposal[key], limit=limit)
+    if "case_class" in proposal:
+        _check_text("proposal.case_class", proposal["case_class"], limit=MAX_CASE_ID)
     if proposal["tenant"] != tenant.slug:
         raise NotaryInputError(f"proposal.tenant must be this key's tenant, {tenant.slug!r}")
     expected = effect_id_for(

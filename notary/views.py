@@ -89,7 +89,7 @@ from notary.serializers import (
     TargetOutput,
     WhoAmIOutput,
 )
-from notary.services import PROPOSAL_KEYS
+from notary.services import PROPOSAL_KEYS_REFUSAL
 
 # The refusals particular to an operation, as the code raises them; those of its kind (401, 403
 # by role, 400/413/415 for a body, 400 for a query, 404 for a path's record, 429) come from
@@ -190,7 +190,7 @@ PROPOSE_REFUSALS = [
         name="effect_id_mismatch",
     ),
     refusal(
-        NotaryInputError(f"a proposal has exactly the keys {', '.join(sorted(PROPOSAL_KEYS))}"),
+        NotaryInputError(PROPOSAL_KEYS_REFUSAL),
         "the proposal has other keys than the PROPOSED body's",
         name="proposal_keys",
     ),

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gate_client.leases import Lease, LeaseState, lease_refusal
+from gate_client.proposal import Proposal
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LEASE = Lease(
@@ -127,3 +128,50 @@ def test_a_lease_without_a_currency_keeps_its_body_and_meaning() -> None:
     assert "currency" not in LEASE.body()  # entries granted before currencies read the same
     assert Lease.from_body(IN_DOLLARS.body()) == IN_DOLLARS
     assert refusal(LeaseState(LEASE), payload={"amount_cents": 2000, "currency": "jpy"}) is None
+
+
+STANDING = replace(LEASE, case_id="", case_class="refunds-queue")
+PATTERNED = replace(LEASE, case_id="", case_pattern="RF-*")
+
+
+@pytest.mark.parametrize(
+    ("lease", "case_id", "case_class", "covered"),
+    [
+        (STANDING, "case_9", "refunds-queue", True),
+        (STANDING, "case_9", "vip-queue", False),
+        (STANDING, "case_9", None, False),
+        (STANDING, "refunds-queue", None, False),  # a case id is not a class
+        (PATTERNED, "RF-1042", None, True),
+        (PATTERNED, "RF-1042", "refunds-queue", True),
+        (PATTERNED, "rf-1042", None, False),  # case-sensitive
+        (PATTERNED, "XRF-1", None, False),
+        (LEASE, "case_1", "refunds-queue", True),  # a one-case lease ignores the class
+        (LEASE, "case_2", "refunds-queue", False),
+    ],
+)
+def test_a_standing_lease_covers_its_class_or_pattern_of_cases(
+    lease: Lease, case_id: str, case_class: str | None, covered: bool
+) -> None:
+    result = refusal(LeaseState(lease), case_id=case_id, case_class=case_class)
+    assert (result is None) == covered
+    if not covered:
+        assert result == ("lease_scope", f"lease covers refund on {lease.cases}")
+
+
+def test_standing_leases_round_trip_and_say_what_they_cover() -> None:
+    assert Lease.from_body(STANDING.body()) == STANDING
+    assert Lease.from_body(PATTERNED.body()) == PATTERNED
+    assert "case_class" not in LEASE.body() and "case_pattern" not in LEASE.body()
+    assert (STANDING.cases, PATTERNED.cases, LEASE.cases) == (
+        "cases of class refunds-queue",
+        "cases matching RF-*",
+        "case_1",
+    )
+
+
+def test_a_proposals_class_is_in_its_body_but_not_its_id() -> None:
+    plain = Proposal("case_9", "payments", "refund", {"amount_cents": 1}, "lease_1")
+    classed = replace(plain, case_class="refunds-queue")
+    assert classed.effect_id == plain.effect_id
+    assert "case_class" not in plain.proposed_body([])
+    assert classed.proposed_body([])["case_class"] == "refunds-queue"

@@ -156,3 +156,30 @@ def test_the_admin_edits_the_policy_and_refuses_a_bad_one(
         "/v1/leases", terms(requested_by="refund-bot", amount=9000, minutes=90), format="json"
     )
     assert granted.status_code == 201, "the new policy holds from the next grant on"
+
+
+def test_the_policy_bounds_a_limit_on_stripes_amount_field_too(shop: Tenant) -> None:
+    """Stripe's payloads carry `amount`: a limit on it is an amount limit like amount_cents,
+    so it cannot be used to approve more than the policy allows."""
+    client_for(shop, "agent", "refund-bot")
+    approver = client_for(shop, "approver", "maria@shop.example")
+    refused = approver.post(
+        "/v1/leases",
+        terms(requested_by="refund-bot", limits={"amount": 1_000_000}),
+        format="json",
+    )
+    assert refused.status_code == 403, refused.json()
+    assert refused.json()["detail"].startswith("amount 1000000 is more than this tenant lets")
+    assert entries(shop) == []
+
+
+def test_a_standing_lease_must_bound_each_effects_amount(shop: Tenant) -> None:
+    client_for(shop, "agent", "refund-bot")
+    approver = client_for(shop, "approver", "maria@shop.example")
+    standing = terms(requested_by="refund-bot", case_class="refunds-queue", limits={})
+    del standing["case_id"]
+    refused = approver.post("/v1/leases", standing, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert "a standing lease bounds each effect's amount" in refused.json()["detail"]
+    bounded = approver.post("/v1/leases", {**standing, "limits": {"amount": 5000}}, format="json")
+    assert bounded.status_code == 201, bounded.json()
