@@ -3,6 +3,7 @@ keys, and the targets their agents send effects to."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -268,8 +269,14 @@ class Effect(models.Model):
         return f"{self.effect_id}: {self.state}"
 
 
-# The effects waiting for a person: AMBIGUOUS, or whose evidence contradicts their verdict.
+# The effects waiting for a person: AMBIGUOUS, or whose evidence contradicts their verdict. The
+# same condition twice, side by side: as a query, and of one row's fields in hand.
 WAITING_FOR_A_PERSON = models.Q(state="AMBIGUOUS") | models.Q(contradicted=True)
+
+
+def waits_for_a_person(fields: Mapping[str, Any] | None) -> bool:
+    """WAITING_FOR_A_PERSON, of one effect's projected fields (None: no row yet)."""
+    return fields is not None and (fields["state"] == "AMBIGUOUS" or bool(fields["contradicted"]))
 
 
 class AmbiguousEffect(Effect):

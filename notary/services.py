@@ -78,6 +78,7 @@ from notary.models import (
     Target,
     Tenant,
     Tier,
+    waits_for_a_person,
 )
 from notary.projection import effect_fields, queued_by
 
@@ -1062,11 +1063,6 @@ def _project_effect(
         _review_notice_add(tenant=tenant, effect_id=effect_id, event=due[0], cause=due[1])
 
 
-def _in_review_queue(row: Mapping[str, Any] | None) -> bool:
-    """selectors.review_queue's condition, on one row's fields."""
-    return row is not None and (row["state"] == "AMBIGUOUS" or bool(row["contradicted"]))
-
-
 def _review_event(
     *,
     before: Mapping[str, Any] | None,
@@ -1087,7 +1083,7 @@ def _review_event(
         and stood.verdict.kind == EntryKind.RESOLVED
     ):
         return ReviewEvent.DECISION_CONTRADICTED, str(cause)
-    if _in_review_queue(after) and not _in_review_queue(before):
+    if waits_for_a_person(after) and not waits_for_a_person(before):
         return ReviewEvent.ENTERED_QUEUE, str(cause)
     return None
 
