@@ -30,7 +30,12 @@ from testkit.processes import spawn_armed
 ORIGIN = "gate.local/journal"
 FIRST_TEXT = "Your refund of $20 is on the way"
 SECOND_TEXT = "Your refund of $30 is on the way"  # what the model re-decides during the outage
-MAX_INFLIGHT_SECONDS = 2.0
+# The gate declares a max in-flight time that covers its requests' own bound (connect and read,
+# REQUEST_TIMEOUT_SECONDS each) with room for a late start: a lost response is noticed at the
+# read timeout, and the same process's resend must still start inside the window on a busy
+# machine (protocol.late_request refuses one that would start after it).
+REQUEST_TIMEOUT_SECONDS = 1.5
+MAX_INFLIGHT_SECONDS = 5.0
 PARALLEL_CELLS = 8  # mostly process start-up and waits: more than the cores is fine
 
 
@@ -330,6 +335,7 @@ class Harness:
         """The target as the gate is told it is."""
         kind = TARGETS[target]
         declared = ["--tier", str(kind.tier.value), "--max-inflight", str(MAX_INFLIGHT_SECONDS)]
+        declared += ["--request-timeout", str(REQUEST_TIMEOUT_SECONDS)]
         return declared + (["--queryable"] if kind.queryable else [])
 
 

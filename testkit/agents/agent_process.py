@@ -72,7 +72,7 @@ def build_gate(args: argparse.Namespace) -> Gate:
         queryable=args.queryable,
         key_window=KEY_WINDOW if args.tier == Tier.DEDUPES else None,
         max_inflight=timedelta(seconds=args.max_inflight),
-        timeout_seconds=args.max_inflight,
+        timeout_seconds=args.request_timeout or args.max_inflight,
         attests_before_acting=args.attests_before_acting,
     )
     premises = [refund_premise(args.world_file)]
@@ -133,6 +133,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the service attests each request to the notary before acting (declared so)",
     )
     gated.add_argument("--max-inflight", type=float, default=2.0, help="seconds")
+    gated.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds per connect and per read (default: the max in-flight time)",
+    )
     gated.add_argument("--notary", metavar="URL", help="journal at this notary, not in JOURNAL")
     gated.add_argument("--notary-token", help="the notary agent key")
     gated.add_argument("--tenant", default="", help="the notary tenant the effect belongs to")
