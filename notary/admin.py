@@ -270,18 +270,19 @@ class EffectAdmin(ReadOnlyAdmin):
                 done, overtaken, confirming, form = self._decide(request, effect, form)
             if done is not None:
                 return done
+        review = selectors.effect_review(effect=effect)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": f"{effect.action} on {effect.case_id}",
             "effect": effect,
-            "review": selectors.effect_review(effect=effect),
+            "review": review,
             "form": form,
             "note_form": note if may_decide else None,
             "reviewers": selectors.reviewers() if may_decide and open_ else None,
             "overtaken": overtaken,
             "confirming": confirming,
-            "decided": selectors.last_resolution(effect=effect) if overtaken is not None else None,
+            "decided": review.last_resolution if overtaken is not None else None,
         }
         return TemplateResponse(request, "admin/notary/effect/review.html", context)
 

@@ -85,11 +85,7 @@ def review_message(*, notice: ReviewNotice, effect: Effect) -> Message:
     what = effect.action if amount is None else f"{effect.action} of {amount}"
     event = ReviewEvent(notice.event)
     review = selectors.effect_review(effect=effect)
-    decision = (
-        selectors.last_resolution(effect=effect)
-        if event == ReviewEvent.DECISION_CONTRADICTED
-        else None
-    )
+    decision = review.last_resolution if event == ReviewEvent.DECISION_CONTRADICTED else None
     decided = None if decision is None else decision.body_value()
     url = settings.NOTARY_PUBLIC_URL + reverse("admin:notary_effect_change", args=[effect.pk])
     review_due: datetime | None = getattr(effect, "review_due", None)

@@ -329,6 +329,13 @@ class Review:
     assignment: ReviewAssignment | None
     entries: list[LedgerEntry]  # the effect's own and its lease's, in seq order
 
+    @property
+    def last_resolution(self) -> LedgerEntry | None:
+        """The effect's latest RESOLVED entry (who decided, when, why), if a person decided it:
+        from the entries already read, never a second read of the ledger."""
+        resolved = [e for e in self.entries if e.kind == EntryKind.RESOLVED]
+        return resolved[-1] if resolved else None
+
 
 def effect_review(*, effect: Effect) -> Review:
     tenant = effect.tenant
@@ -356,16 +363,6 @@ def reviewers() -> QuerySet[User]:
     """The people an effect may be assigned to: active, and allowed to decide effects."""
     deciding = Q(groups__name=FINANCE_REVIEWERS) | Q(is_superuser=True)
     return User.objects.filter(deciding, is_active=True).distinct().order_by("username")
-
-
-def last_resolution(*, effect: Effect) -> LedgerEntry | None:
-    """The effect's latest RESOLVED entry (who decided, when, why), if a person decided it."""
-    resolved = [
-        e
-        for e in effect_entries(log=effect.tenant.log, effect_id=effect.effect_id)
-        if e.kind == EntryKind.RESOLVED
-    ]
-    return resolved[-1] if resolved else None
 
 
 def effect_projection_differences(*, tenant: Tenant) -> list[str]:
