@@ -17,6 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from gate_client.budgets import (
+    SpentFor,
+    budget_statement,
+    spend_amount,
+    spends_before,
+    spent_in,
+)
 from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
 from gate_client.protocol import Answer, TargetDeclaration, admit, last_attempt, standing
 from gate_client.targets import Unknown
@@ -47,6 +54,10 @@ class AttemptTaken(JournalError):
     def __init__(self, effect_id: str, attempt: int, current: int) -> None:
         super().__init__(f"{effect_id}: attempt {attempt} asked, attempt {current} recorded")
         self.current = current
+
+
+# The one agent a local journal serves: its budgets per agent key count every spend as its own.
+LOCAL_SPENDER = ""
 
 
 class LeaseRefused(JournalError):
@@ -115,6 +126,33 @@ class DispatchRequest:
             "premises": [dict(p) for p in self.premises],
             "recovery": self.recovery,
         }
+
+    def checked_entry_body(
+        self, state: LeaseState | None, *, now: datetime, spender: str, spent_for: SpentFor
+    ) -> dict[str, Any]:
+        """The DISPATCHED body, if the lease covers this dispatch at `now`; else LeaseRefused.
+        The caller holds the journal's lock until the entry is recorded and stamps it `now`.
+
+        An effect's first dispatch under a budgeted lease spends from its budgets: `spent_for`
+        is the journal's count of the lease's spends at `now`, and the body states each budget
+        as it stood (gate_client.budgets), so the receipt shows it and an auditor re-derives it."""
+        refusal = self.lease_refusal(state, now=now)
+        if refusal is not None:
+            raise LeaseRefused(*refusal)
+        assert state is not None  # no lease is a refusal
+        body = self.entry_body()
+        if self.attempt != 1 or not state.lease.budgets:
+            return body  # a resend is the same effect: it spent at its first dispatch
+        statement = budget_statement(
+            state.lease.budgets,
+            spender=spender,
+            amount=spend_amount(self.payload),
+            spent_for=spent_for,
+        )
+        budget_refusal = statement.refusal()
+        if budget_refusal is not None:
+            raise LeaseRefused("lease_budget", budget_refusal)
+        return {**body, "budget": statement.body()}
 
 
 class Journal(Protocol):
@@ -297,11 +335,15 @@ class LocalJournal:
             current = last_attempt(history)
             if request.attempt != current + 1 or standing(history).state is not None:
                 raise AttemptTaken(request.effect_id, request.attempt, current)
-            lease = lease_states(self._entries).get(request.lease_id)
-            refusal = request.lease_refusal(lease, now=self._clock())
-            if refusal is not None:
-                raise LeaseRefused(*refusal)
-            return self._append(EntryKind.DISPATCHED, request.effect_id, request.entry_body())
+            now = self._clock()
+            spends = spends_before(self._entries, lease_id=request.lease_id, seq=len(self._entries))
+            body = request.checked_entry_body(
+                lease_states(self._entries).get(request.lease_id),
+                now=now,
+                spender=LOCAL_SPENDER,
+                spent_for=lambda budget: spent_in(spends, budget, now=now, spender=LOCAL_SPENDER),
+            )
+            return self._append(EntryKind.DISPATCHED, request.effect_id, body, created_at=now)
 
     # --- the file --------------------------------------------------------------------------
 
@@ -344,14 +386,21 @@ class LocalJournal:
             raise JournalCorruptError(seq, "does not link to the entry before it")
         return entry
 
-    def _append(self, kind: EntryKind, effect_id: str, body: Mapping[str, Any]) -> Entry:
+    def _append(
+        self,
+        kind: EntryKind,
+        effect_id: str,
+        body: Mapping[str, Any],
+        *,
+        created_at: datetime | None = None,
+    ) -> Entry:
         previous = self._entries[-1].entry_hash if self._entries else genesis_hash(self.origin)
         entry = seal_entry(
             seq=len(self._entries),
             kind=kind,
             effect_id=effect_id,
             body=canonical_json(dict(body)),
-            created_at=self._clock(),
+            created_at=self._clock() if created_at is None else created_at,
             prev_hash=previous,
         )
         line = entry.leaf_bytes() + b"\n"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gate_client.budgets import Budget
 from gate_client.money import payload_money
 from ledger.core.entries import Entry, EntryKind, format_timestamp
 
@@ -35,9 +36,11 @@ class Lease:
     # pattern (shell-style, case-sensitive: "RF-*").
     case_class: str | None = None
     case_pattern: str | None = None
+    # Rolling budgets (gate_client.budgets): spent at each effect's first dispatch.
+    budgets: tuple[Budget, ...] = ()
 
     def body(self) -> dict[str, Any]:
-        body = {
+        body: dict[str, Any] = {
             "lease_id": self.lease_id,
             "case_id": self.case_id,
             "action": self.action,
@@ -51,6 +54,7 @@ class Lease:
             "currency": self.currency,
             "case_class": self.case_class,
             "case_pattern": self.case_pattern,
+            "budgets": [b.body() for b in self.budgets] or None,
         }
         return {**body, **{name: value for name, value in optional.items() if value is not None}}
 
@@ -78,6 +82,7 @@ class Lease:
             currency=body.get("currency"),
             case_class=body.get("case_class"),
             case_pattern=body.get("case_pattern"),
+            budgets=tuple(Budget.from_body(b) for b in body.get("budgets", ())),
         )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gate_client.budgets import BudgetStatement, statement_of
 from gate_client.leases import lease_refusal, lease_states
 from gate_client.protocol import (
     COMMITTED_STATES,
@@ -42,10 +43,16 @@ class Receipt:
     # not proved, and a person must look.
     contradicted: bool
     contradictions: tuple[Mapping[str, Any], ...]
+    # Under a budgeted lease: the budgets as they stood at the effect's first dispatch, as its
+    # DISPATCHED entry states them (gate_client.budgets.BudgetStatement).
+    budget: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON has it: sequences are lists."""
+        """As JSON has it: sequences are lists; `budget` only when there is one, so a
+        receipt without it reads as it always did."""
         data = asdict(self)
+        if self.budget is None:
+            del data["budget"]
         return {
             **data,
             "entry_seqs": list(self.entry_seqs),
@@ -116,12 +123,13 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
         raise ReceiptError(f"{effect_id}: a verdict that settles nothing known: {exc!r}") from exc
     state, happened, fired_attempt = _state(stands, dispatches, effect_id)
     fired = dispatches.get(fired_attempt) if fired_attempt is not None else None
+    statement = statement_of(relevant)
     if happened is False:
         authorized, assumptions = None, None
     elif fired is None:
         raise ReceiptError(f"{effect_id}: {state} names no recorded dispatch")
     else:
-        authorized = _lease_was_live(journal, fired, proposed)
+        authorized = _lease_was_live(journal, fired, proposed, statement)
         assumptions = all(p["holds"] for p in fired.body_value()["premises"])
     verdict = stands.verdict
     recheck = verdict.body_value().get("recheck") if verdict is not None else None
@@ -138,6 +146,7 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
         entry_seqs=tuple(e.seq for e in relevant),
         contradicted=bool(contradictions),
         contradictions=contradictions,
+        budget=statement.body() if statement is not None else None,
     )
 
 
@@ -160,12 +169,21 @@ def _state(
     return str(state), happened, None if happened is False else last
 
 
-def _lease_was_live(journal: Sequence[Entry], fired: Entry, proposed: Mapping[str, Any]) -> bool:
-    """Replay the lease entries that precede the dispatch and apply the dispatch-time rule."""
+def _lease_was_live(
+    journal: Sequence[Entry],
+    fired: Entry,
+    proposed: Mapping[str, Any],
+    statement: BudgetStatement | None,
+) -> bool:
+    """Replay the lease entries that precede the dispatch and apply the dispatch-time rule;
+    under a budgeted lease, the effect's budget statement must state exactly the lease's
+    budgets, each with room for it. (Whether the statement's figures are what the ledger held
+    then is re-derived from the whole log, by the auditor's verifier.)"""
     body = fired.body_value()
     before = [e for e in journal if e.seq < fired.seq]
+    state = lease_states(before).get(body["lease_id"])
     refusal = lease_refusal(
-        lease_states(before).get(body["lease_id"]),
+        state,
         case_id=proposed["case_id"],
         action=proposed["action"],
         payload=proposed["payload"],
@@ -173,7 +191,10 @@ def _lease_was_live(journal: Sequence[Entry], fired: Entry, proposed: Mapping[st
         now=fired.created_at,
         case_class=proposed.get("case_class"),
     )
-    return refusal is None
+    if refusal is not None or state is None:
+        return False
+    budgets = state.lease.budgets
+    return not budgets or (statement is not None and statement.within(budgets, proposed["payload"]))
 
 
 def check_chain(journal: Iterable[Entry], *, origin: str) -> list[Entry]:
@@ -197,9 +218,10 @@ def verify_receipt(receipt: Receipt, journal: Iterable[Entry], *, origin: str) -
     derived = derive_receipt(
         entries, receipt.effect_id, payload_hash=receipt.proposed["payload_hash"]
     )
-    claimed = receipt.to_dict()
-    for name, value in derived.to_dict().items():
-        if claimed[name] != value:
+    claimed, held = receipt.to_dict(), derived.to_dict()
+    for name in sorted(held.keys() | claimed.keys()):
+        if claimed.get(name) != held.get(name):
             raise ReceiptError(
-                f"{receipt.effect_id}: {name} says {claimed[name]!r}, the journal {value!r}"
+                f"{receipt.effect_id}: {name} says {claimed.get(name)!r}, "
+                f"the journal {held.get(name)!r}"
             )

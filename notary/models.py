@@ -171,6 +171,8 @@ class Lease(models.Model):
     # (case_id is then ""); see gate_client.leases.Lease.
     case_class = models.CharField(max_length=200, blank=True)
     case_pattern = models.CharField(max_length=200, blank=True)
+    # Rolling budgets, each as gate_client.budgets.Budget.body() gives it; []: none.
+    budgets = models.JSONField(default=list, blank=True)
     expires_at = models.DateTimeField()
     requested_by = models.CharField(max_length=200)
     granted_by = models.CharField(max_length=200)
@@ -208,6 +210,7 @@ class LeaseRequest(models.Model):
     # (case_id is then ""); see gate_client.leases.Lease.
     case_class = models.CharField(max_length=200, blank=True)
     case_pattern = models.CharField(max_length=200, blank=True)
+    budgets = models.JSONField(default=list, blank=True)  # as on Lease
     expires_at = models.DateTimeField()
     requested_key = models.ForeignKey(
         ApiKey, on_delete=models.PROTECT, related_name="lease_requests"
@@ -254,6 +257,11 @@ class Effect(models.Model):
     currency = models.CharField(max_length=3, blank=True)
     # Since when it waits for a person (AMBIGUOUS, or contradicted); null: for nobody.
     queued_at = models.DateTimeField(null=True, blank=True)
+    # What it holds of its lease's budgets (gate_client.budgets.spend_of): from its first
+    # dispatch, by its agent key; null once it gives the spend back, or if it never spent.
+    spent_at = models.DateTimeField(null=True, blank=True)
+    spent_amount = models.BigIntegerField(null=True, blank=True)
+    spent_by = models.CharField(max_length=16, blank=True)
 
     class Meta:
         constraints = [
@@ -262,6 +270,11 @@ class Effect(models.Model):
         indexes = [
             models.Index(fields=["tenant", "state", "proposed_seq"], name="effect_state"),
             models.Index(fields=["tenant", "result_ref"], name="effect_result_ref"),
+            models.Index(
+                fields=["tenant", "lease_id", "spent_at"],
+                name="effect_budget_spends",
+                condition=models.Q(spent_at__isnull=False),
+            ),
         ]
         permissions = [("resolve_effect", "Can resolve an AMBIGUOUS effect (writes RESOLVED)")]
 

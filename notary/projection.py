@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from gate_client.budgets import spend_of
 from gate_client.money import payload_money
 from gate_client.protocol import Standing, entry_state, last_attempt, standing
 from gate_client.receipts import derive_receipt
@@ -24,6 +25,7 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
     stood = standing(history)
     stands = stood.verdict
     money = payload_money(body.get("payload"))
+    spend = spend_of(history)
     result_ref = (
         stands.body_value().get("result_ref", "")
         if stands is not None and stands.kind == EntryKind.COMMITTED
@@ -47,6 +49,9 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
         "amount_minor": money.amount_minor if money is not None else None,
         "currency": money.currency if money is not None else "",
         "queued_at": _queued_at(history, stood),
+        "spent_at": spend.at if spend is not None else None,
+        "spent_amount": spend.amount if spend is not None else None,
+        "spent_by": spend.spender if spend is not None else "",
     }
 
 

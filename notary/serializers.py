@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gate_client.budgets import MAX_WINDOW_SECONDS, BudgetPer
 from gate_client.protocol import AGENT_VERDICT_KINDS, COMMITTED_STATES
 from ledger.api.schema import ErrorOutput
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
@@ -128,6 +129,27 @@ class LimitsField(serializers.DictField):
     child = StrictIntegerField(min_value=1, max_value=MAX_SAFE_INTEGER)
 
 
+class BudgetInput(serializers.Serializer):  # type: ignore[type-arg]
+    """A rolling budget (gate_client.budgets.Budget): at most `max_amount` (minor units of the
+    lease's currency) and `max_count` effects per `window_seconds`, for every agent key
+    together (`tenant`) or each agent key on its own (`agent_key`)."""
+
+    per = serializers.ChoiceField(choices=[str(p) for p in BudgetPer])
+    window_seconds = StrictIntegerField(min_value=1, max_value=MAX_WINDOW_SECONDS)
+    max_amount = StrictIntegerField(
+        min_value=1, max_value=MAX_SAFE_INTEGER, required=False, allow_null=True
+    )
+    max_count = StrictIntegerField(
+        min_value=1, max_value=MAX_SAFE_INTEGER, required=False, allow_null=True
+    )
+
+
+BUDGETS_HELP = (
+    "rolling budgets, spent at each effect's first dispatch and given back when it ends not "
+    "performed; one per `per` at most; an amount budget needs the lease's currency"
+)
+
+
 class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
     """What an agent asks for; the requester is its key's holder. One case, or for a standing
     lease a class of cases or a pattern of case ids: exactly one of the three."""
@@ -152,6 +174,7 @@ class LeaseRequestInput(serializers.Serializer):  # type: ignore[type-arg]
         error_messages={"invalid": "currency: three letters of ISO 4217, e.g. USD"},
         help_text="approve only payloads in this currency; the limits count in it",
     )
+    budgets = BudgetInput(many=True, required=False, help_text=BUDGETS_HELP)
 
 
 class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -183,6 +206,7 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
         error_messages={"invalid": "currency: three letters of ISO 4217, e.g. USD"},
         help_text="approve only payloads in this currency; the limits count in it",
     )
+    budgets = BudgetInput(many=True, required=False, help_text=BUDGETS_HELP)
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if "request_id" in data:
@@ -212,6 +236,7 @@ class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "limits",
             "payload_hash",
             "currency",
+            "budgets",
             "expires_at",
             "requested_by",
             "requested_key",
@@ -334,6 +359,7 @@ class LeaseOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "limits",
             "payload_hash",
             "currency",
+            "budgets",
             "expires_at",
             "requested_by",
             "granted_by",

@@ -18,11 +18,21 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 from django.db import transaction
+from django.db.models import Count, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from gate_client.budgets import (
+    Budget,
+    BudgetPer,
+    Spent,
+    budget_problem,
+    parse_budgets,
+    window_start,
+)
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
-from gate_client.journal import DispatchRequest
+from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import Lease as LeaseTerms
 from gate_client.leases import LeaseState
 from gate_client.money import AMOUNT_FIELDS
@@ -317,6 +327,7 @@ class _LeaseTerms:
     currency: str | None
     case_class: str | None = None
     case_pattern: str | None = None
+    budgets: tuple[Budget, ...] = ()
 
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
@@ -332,6 +343,7 @@ def _lease_terms(
     currency: str | None,
     case_class: str | None = None,
     case_pattern: str | None = None,
+    budgets: Any = None,
 ) -> _LeaseTerms:
     """What a lease covers, checked as a request and a grant both take it: one case, or, for a
     standing lease, every case of a class or matching a pattern."""
@@ -356,6 +368,13 @@ def _lease_terms(
     money = currency.upper() if isinstance(currency, str) and currency else None
     if money is not None and not _CURRENCY.fullmatch(money):
         raise NotaryInputError("currency: three letters of ISO 4217, e.g. USD")
+    try:
+        rolling = parse_budgets(budgets or [])
+    except ValueError as exc:
+        raise NotaryInputError(str(exc)) from exc
+    problem = budget_problem(rolling, currency=money)
+    if problem is not None:
+        raise NotaryInputError(problem)
     return _LeaseTerms(
         case_id or "",
         action,
@@ -365,6 +384,7 @@ def _lease_terms(
         money,
         case_class or None,
         case_pattern or None,
+        rolling,
     )
 
 
@@ -381,6 +401,7 @@ def lease_request(
     currency: str | None = None,
     case_class: str | None = None,
     case_pattern: str | None = None,
+    budgets: Sequence[Mapping[str, Any]] | None = None,
 ) -> LeaseRequest:
     """Ask for a lease under an agent key: its holder is the requester, whatever anyone types."""
     if requester.role != Role.AGENT or requester.tenant_id != tenant.pk:
@@ -394,6 +415,7 @@ def lease_request(
         currency=currency,
         case_class=case_class,
         case_pattern=case_pattern,
+        budgets=list(budgets or []),
     )
     return LeaseRequest.objects.create(
         tenant=tenant,
@@ -405,6 +427,7 @@ def lease_request(
         currency=terms.currency or "",
         case_class=terms.case_class or "",
         case_pattern=terms.case_pattern or "",
+        budgets=[b.body() for b in terms.budgets],
         expires_at=terms.expires_at,
         requested_key=requester,
         requested_by=requester.holder,
@@ -438,6 +461,7 @@ def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) ->
         currency=request.currency or None,
         case_class=request.case_class or None,
         case_pattern=request.case_pattern or None,
+        budgets=request.budgets,
     )
     lease = _grant(
         tenant=tenant,
@@ -468,6 +492,7 @@ def lease_grant(
     currency: str | None = None,
     case_class: str | None = None,
     case_pattern: str | None = None,
+    budgets: Sequence[Mapping[str, Any]] | None = None,
 ) -> Lease:
     """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction.
     `requested_by` names the holder of an agent key of the tenant, compared in canonical form
@@ -482,6 +507,7 @@ def lease_grant(
         currency=currency,
         case_class=case_class,
         case_pattern=case_pattern,
+        budgets=list(budgets or []),
     )
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):
@@ -531,6 +557,7 @@ def _grant(
         currency=terms.currency,
         case_class=terms.case_class,
         case_pattern=terms.case_pattern,
+        budgets=terms.budgets,
     )
     entry = append_entry(
         log=tenant.log,
@@ -547,6 +574,7 @@ def _grant(
         currency=terms.currency or "",
         case_class=terms.case_class or "",
         case_pattern=terms.case_pattern or "",
+        budgets=[b.body() for b in terms.budgets],
         expires_at=terms.expires_at,
         requested_by=requester,
         granted_by=approver.holder,
@@ -781,15 +809,41 @@ def _checked_dispatch(
 ) -> NewEntry:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
     log lock and stamps the entry with `now`) and `dispatcher` holds it; else NotaryConflict
-    lease_refused."""
+    lease_refused. A first dispatch under a budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
     lease = Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"]).first()
-    refusal = request.lease_refusal(_lease_state(lease), now=now) or _requester_refusal(
-        lease, dispatcher
+    state = _lease_state(lease)
+    spender = dispatcher.key_id if dispatcher is not None else ""
+    try:
+        refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
+        if refusal is not None:
+            raise LeaseRefused(*refusal)
+        body = request.checked_entry_body(
+            state,
+            now=now,
+            spender=spender,
+            spent_for=lambda budget: _budget_spent(
+                tenant=tenant, lease_id=request.lease_id, budget=budget, now=now, spender=spender
+            ),
+        )
+    except LeaseRefused as refused:
+        raise NotaryConflict("lease_refused", refused.detail, reason=refused.reason) from None
+    return NewEntry(kind=EntryKind.DISPATCHED, body=body, effect_id=effect_id)
+
+
+def _budget_spent(
+    *, tenant: Tenant, lease_id: str, budget: Budget, now: datetime, spender: str
+) -> Spent:
+    """What the lease's effects hold of `budget` at `now`: gate_client.budgets.spent_in, as a
+    query on the projection (which spend_of writes). Read under the log lock, the rows are the
+    ledger's state: they are written with the entries."""
+    spends = Effect.objects.filter(
+        tenant=tenant, lease_id=lease_id, spent_at__gt=window_start(budget, now)
     )
-    if refusal is not None:
-        raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
-    return NewEntry(kind=EntryKind.DISPATCHED, body=request.entry_body(), effect_id=effect_id)
+    if budget.per == BudgetPer.AGENT_KEY:
+        spends = spends.filter(spent_by=spender)
+    totals = spends.aggregate(amount=Coalesce(Sum("spent_amount"), 0), count=Count("pk"))
+    return Spent(totals["amount"], totals["count"])
 
 
 @transaction.atomic(durable=True)
@@ -1146,6 +1200,7 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
         currency=lease.currency or None,
         case_class=lease.case_class or None,
         case_pattern=lease.case_pattern or None,
+        budgets=tuple(Budget.from_body(b) for b in lease.budgets),
     )
     return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 

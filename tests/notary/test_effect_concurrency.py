@@ -10,15 +10,11 @@ clients are separate interpreters (testkit.agents.http_racer), released together
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,7 +29,8 @@ from ledger.selectors import iter_entries
 from notary import services
 from notary.models import ApiKey, Effect, Tenant
 from testkit.notary_server import running_notary
-from testkit.paths import REPO_ROOT, child_database_url
+from testkit.paths import child_database_url
+from testkit.racers import racers
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -41,7 +38,6 @@ AGENTS = 8
 ROUNDS = 4  # effects raced by all eight agents, each at attempt 1 and then attempt 2
 TRIALS = 200  # revoke-versus-dispatch races, each with its own lease and effect
 JITTER_MS = 3.0  # the head start one side of a revoke race gets, at random, up to this
-CHILD_TIMEOUT = 60
 PREMISES = [{"name": "payment_settled", "holds": True, "observed": {"status": "paid"}}]
 
 
@@ -113,63 +109,6 @@ def open_desk(prefix: str) -> Desk:
     )
     _, agent_token = services.api_key_issue(tenant=tenant, role="agent", holder="refund-bot")
     return Desk(tenant, approver, approver_token, agent_token)
-
-
-class Racers:
-    """Client processes, each holding one token; `race` sends one request per child, released
-    together, and returns their answers in the same order."""
-
-    def __init__(self, url: str, tokens: Sequence[str]) -> None:
-        self.children: list[subprocess.Popen[str]] = []
-        for token in tokens:
-            self.children.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "testkit.agents.http_racer", url, token],
-                    cwd=REPO_ROOT,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        for child in self.children:
-            assert child.stdout is not None
-            ready = child.stdout.readline()
-            assert ready == "ready\n", child.communicate(timeout=CHILD_TIMEOUT)[1]
-
-    def race(self, requests: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        assert len(requests) == len(self.children)
-        for child, request in zip(self.children, requests, strict=True):
-            assert child.stdin is not None
-            child.stdin.write(json.dumps(request) + "\n")
-        for child in self.children:  # buffered above, released here back to back
-            assert child.stdin is not None
-            child.stdin.flush()
-        answers = []
-        for child in self.children:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            assert line, child.communicate(timeout=CHILD_TIMEOUT)[1]
-            answers.append(json.loads(line))
-        return answers
-
-    def close(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                try:
-                    child.communicate(input="\n", timeout=CHILD_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
-
-
-@contextmanager
-def racers(url: str, tokens: Sequence[str]) -> Iterator[Racers]:
-    started = Racers(url, tokens)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def dispatch(effect_id: str, attempt: int, delay_ms: float = 0.0) -> dict[str, Any]:
