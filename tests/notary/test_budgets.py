@@ -101,9 +101,7 @@ def receipt(tenant: Tenant, effect_id: str) -> dict[str, Any]:
     return shown.receipt.to_dict()
 
 
-def test_the_budget_is_spent_to_the_cent_and_not_one_cent_more(
-    acme: Tenant, lease: Lease
-) -> None:
+def test_the_budget_is_spent_to_the_cent_and_not_one_cent_more(acme: Tenant, lease: Lease) -> None:
     first, second = agent_key(acme), agent_key(acme)
     spend(acme, lease, "case-1", 5000, first)
     spend(acme, lease, "case-2", 1000, first)  # the first key's $60.00, exactly
@@ -248,8 +246,6 @@ def test_a_requested_budget_is_granted_on_its_terms(acme: Tenant) -> None:
         format="json",
     )
     assert asked.status_code == 201, asked.json()
-    granted = approver.post(
-        "/v1/leases", {"request_id": asked.json()["request_id"]}, format="json"
-    )
+    granted = approver.post("/v1/leases", {"request_id": asked.json()["request_id"]}, format="json")
     assert granted.status_code == 201, granted.json()
     assert granted.json()["budgets"] == BUDGETS[:1]
