@@ -318,9 +318,11 @@ def budget_problems(entries: Iterable[Entry]) -> tuple[list[str], int]:
                     earlier, stated.budget, now=effect.spend.at, spender=effect.spend.spender
                 )
                 if held != stated.spent_before:
+                    said = stated.spent_before
                     problems.append(
-                        f"{effect.spend.effect_id}: entry {effect.seq} states {stated.spent_before}"
-                        f" spent per {stated.budget.per} before it; the ledger holds {held}"
+                        f"{effect.spend.effect_id}: entry {effect.seq} states {said.amount} spent"
+                        f" in {said.count} effects per {stated.budget.per} before it; the ledger"
+                        f" holds {held.amount} in {held.count}"
                     )
     return problems, checked
 

@@ -16,8 +16,9 @@ verdicts:
   --witness-quorum (default: all) of the --witness keys: witnesses cosign only trees consistent
   with every one they cosigned before, so a log cannot show this export one history and them
   another;
-- integrity: every entry's bytes are proved included in that checkpoint's tree, and every
-  receipt's fields re-derive from its entries;
+- integrity: every entry's bytes are proved included in that checkpoint's tree, every
+  receipt's fields re-derive from its entries, and every budget statement (what a dispatch
+  under a budgeted lease says was spent before it) re-derives from the entries before it;
 - completeness: the export covers its stated seq range with every entry present exactly once,
   in order, up to a footer that counts what came before it, and every effect the filter
   selects (its state derived from its entries, wherever they are) has its receipt line; what
@@ -48,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from gate_client.budgets import budget_problems
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
 from gate_client.summary import Summary
@@ -86,6 +88,7 @@ class Report:
     proved: int = 0  # distinct entries proved in the tree: each seq once, at its home
     copies: int = 0  # copies carried in receipt lines (lease entries), each proved too
     outcomes: Counter[str] = field(default_factory=Counter)
+    budgets: int = 0  # budget statements re-derived from the log's entries
     known: int = 0  # known checkpoints the export's tree was found consistent with
     cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
     summary: Summary = field(default_factory=lambda: Summary())
@@ -129,6 +132,7 @@ def verify_export(
         _count_line(_record(raw, where), where, state, report)
     state.complete()
     report.proved, report.copies = state.proved, state.copied
+    report.budgets = state.budgets
     report.known = held.check()
     return report
 
@@ -297,6 +301,10 @@ class _Walk:
         self.receipted: set[str] = set()
         self.loose: dict[str, list[Entry]] = {}
         self.out_of_time: set[str] = set()
+        # The entries of every effect that spent from a budget, from its spending dispatch
+        # on: what its statement and the later ones are re-derived from.
+        self.spending: dict[str, list[Entry]] = {}
+        self.budgets = 0
 
     def receipt(self, record: dict[str, Any], where: str) -> tuple[str, Entry]:
         """The receipt line checked: its final state and its effect's PROPOSED entry."""
@@ -390,6 +398,11 @@ class _Walk:
             raise Failure("completeness", "end of export", f"entries {missing} are missing")
         for effect_id in sorted(self.loose):
             self._unreceipted(effect_id, self.loose[effect_id])
+        problems, self.budgets = budget_problems(
+            entry for history in self.spending.values() for entry in history
+        )
+        if problems:
+            raise Failure("integrity", "budget statements", problems[0])
 
     def _unreceipted(self, effect_id: str, entries: list[Entry]) -> None:
         """An effect left to entry lines: its state, derived from them, must not match."""
@@ -456,6 +469,14 @@ class _Walk:
             raise Failure("completeness", where, f"entry {entry.seq} appears twice")
         self.seen[entry.seq] = 1
         self.proved += 1
+        if entry.effect_id in self.spending:
+            self.spending[entry.effect_id].append(entry)
+        elif (
+            entry.kind == "DISPATCHED"
+            and b'"budget":' in entry.body
+            and ("budget" in entry.body_value())
+        ):
+            self.spending[entry.effect_id] = [entry]
         self.held.leaf(entry.seq, entry.entry_hash)
         copy = self.copies.pop(entry.seq, None)
         if copy is not None and copy != entry.entry_hash:
@@ -695,6 +716,11 @@ def _print_report(report: Report, witnesses: WitnessPolicy) -> None:
         f"integrity: OK  {report.receipts:,} receipts re-derived from their entries, "
         f"{report.proved:,} entries proved in the tree (and {report.copies:,} copies of "
         "lease entries carried in receipts, proved too)"
+        + (
+            f"; {report.budgets:,} budget statements re-derived from the log"
+            if report.budgets
+            else ""
+        )
     )
     print(f"completeness: OK  every entry of [0, {report.size}) present once, in order")
     if report.known:

@@ -9,13 +9,20 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from gate_client.budgets import budget_problems
 from gate_client.proposal import Proposal
+from gate_client.verify import Failure, verify_export
+from ledger import services as ledger_services
+from ledger.core.checkpoint import log_verifier
+from ledger.core.entries import EntryKind
+from ledger.core.note import Signer
 from ledger.selectors import iter_entries
 from notary import selectors, services
 from notary.errors import NotaryConflict
+from notary.exports import export_receipts
 from notary.models import ApiKey, Effect, Lease, Tenant
 from testkit.factories import client_for, register
 
@@ -192,6 +199,49 @@ def test_every_statement_re_derives_from_the_ledger(acme: Tenant, lease: Lease) 
     assert budget_problems(entries) == ([], 3)
     services.effects_rebuild(tenant=acme)  # the spend columns follow from the entries alone
     assert Effect.objects.filter(tenant=acme, spent_at__isnull=False).count() == 2
+
+
+def verified(tenant: Tenant, signer: Signer) -> int:
+    """Sign a checkpoint, export every receipt and verify it offline: the budget statements
+    re-derived."""
+    ledger_services.sign_checkpoint(log=tenant.log, signer=signer)
+    lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=tenant)]
+    return verify_export(lines, [log_verifier(tenant.log.origin, signer)]).budgets
+
+
+def test_the_auditor_re_derives_each_statement_and_refuses_a_false_one(
+    acme: Tenant, lease: Lease, signer: Signer
+) -> None:
+    key = agent_key(acme)
+    failed = spend(acme, lease, "case-1", 4000, key)
+    spend(acme, lease, "case-2", 2000, key)
+    ends(acme, failed, "FAILED", {"attempt": 1, "code": "card_declined"})
+    spend(acme, lease, "case-3", 4000, key)
+    assert verified(acme, signer) == 3
+
+    # A notary that understates what was spent: its statement says the budget was untouched.
+    understated = propose(acme, lease, "case-4", 1000)
+    standings = [
+        {**BUDGETS[0], "spent_before": 0, "count_before": 0},
+        {**BUDGETS[1], "max_count": None, "spent_before": 0, "count_before": 0},
+    ]
+    body = {
+        "attempt": 1,
+        "lease_id": lease.lease_id,
+        "premises": [],
+        "recovery": False,
+        "budget": {"spender": key.key_id, "amount": 1000, "standings": standings},
+    }
+    with transaction.atomic():
+        ledger_services.append_entry(
+            log=acme.log, kind=EntryKind.DISPATCHED, body=body, effect_id=understated
+        )
+    with pytest.raises(Failure) as failure:
+        verified(acme, signer)
+    assert failure.value.verdict == "integrity"
+    assert "states 0 spent in 0 effects per tenant before it; the ledger holds 6000 in 2" in (
+        failure.value.detail
+    )
 
 
 @pytest.mark.parametrize(
