@@ -48,7 +48,14 @@ COMMITTED_STATES = frozenset(
     }
 )
 REFUSAL_REASONS = frozenset(
-    {"payload_changed", "lease_expired", "lease_revoked", "lease_scope", "stale_premise"}
+    {
+        "payload_changed",
+        "lease_expired",
+        "lease_revoked",
+        "lease_scope",
+        "lease_budget",
+        "stale_premise",
+    }
 )
 AT_RECOVERY = "_at_recovery"
 

@@ -18,6 +18,7 @@ _REFUSALS = {
     "lease_revoked": "the approval was withdrawn before it could be sent",
     "lease_expired": "the approval had expired",
     "lease_scope": "the approval did not cover it",
+    "lease_budget": "the approval's budget had no room left for it",
     "stale_premise": "what it relied on was no longer true",
     "payload_changed": "it was decided again differently, and only the first decision counts",
 }

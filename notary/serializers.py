@@ -646,7 +646,8 @@ class ConflictOutput(ErrorOutput):
         required=False, help_text="attempt_taken, already_settled: the last recorded attempt"
     )
     reason = serializers.CharField(
-        required=False, help_text="lease_refused: lease_expired, lease_revoked, lease_scope, ..."
+        required=False,
+        help_text="lease_refused: lease_expired, lease_revoked, lease_scope, lease_budget",
     )
     lease_id = serializers.CharField(
         required=False, help_text="already_granted: the lease the request was granted as"

@@ -15,7 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gate_client.journal import DispatchRequest
+from gate_client.budgets import Budget, BudgetPer, Spent
+from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import LeaseState
 from ledger.api.schema import error_responses, input_refusal, refusal
 from ledger.core.entries import Entry as LedgerEntry
@@ -216,11 +217,25 @@ EFFECT_NOT_FOUND = refusal(
 )
 
 
-def _lease_refused(request: DispatchRequest, state: LeaseState, meaning: str) -> OpenApiExample:
-    """The 409 of a dispatch the lease does not cover, as the lease check words it."""
-    refused = request.lease_refusal(state, now=EXAMPLE_AT + timedelta(minutes=30))
-    assert refused is not None
-    reason, detail = refused
+NOTHING_SPENT = Spent()
+
+
+def _lease_refused(
+    request: DispatchRequest, state: LeaseState, meaning: str, spent: Spent = NOTHING_SPENT
+) -> OpenApiExample:
+    """The 409 of a dispatch the lease does not cover, as the lease check words it (with
+    `spent` of each of its budgets before it)."""
+    try:
+        request.checked_entry_body(
+            state,
+            now=EXAMPLE_AT + timedelta(minutes=30),
+            spender=EXAMPLE_AGENT_KEY,
+            spent_for=lambda budget: spent,
+        )
+    except LeaseRefused as refused:
+        reason, detail = refused.reason, refused.detail
+    else:
+        raise AssertionError("the example's lease covers its dispatch")
     return refusal(
         NotaryConflict("lease_refused", detail, reason=reason),
         meaning,
@@ -262,6 +277,15 @@ DISPATCH_REFUSALS = [
         LeaseState(REFUND_TERMS),
         "the lease does not cover this case, action, payload or amount, or was requested by "
         "another holder than the caller's (`reason` lease_scope)",
+    ),
+    _lease_refused(
+        FIRST_DISPATCH,
+        LeaseState(
+            replace(REFUND_TERMS, budgets=(Budget(BudgetPer.TENANT, 86400, max_count=100),))
+        ),
+        "a first dispatch under a budgeted lease would spend more than its budget has left in "
+        "its window (`reason` lease_budget); effects that end not performed give theirs back",
+        Spent(amount=184000, count=100),
     ),
 ]
 OUTCOME_REFUSALS = [
@@ -619,7 +643,7 @@ class EffectProposeView(APIView):
         "the standing proposal is this one and nothing was dispatched: the gate's one round "
         "trip before it calls the target. A lease that does not cover that dispatch is no "
         "error: the PROPOSED stands, nothing is dispatched and `dispatch_refused` says why "
-        "(`reason` lease_expired, lease_revoked or lease_scope).",
+        "(`reason` lease_expired, lease_revoked, lease_scope or lease_budget).",
         request=EffectProposeInput,
         responses={
             200: ProposeOutput,

@@ -87,6 +87,7 @@ _REFUSALS = {
     "lease_revoked": "the approval (lease) was revoked",
     "lease_expired": "the approval (lease) has expired",
     "lease_scope": "the approval (lease) does not cover this call",
+    "lease_budget": "the approval's budget (lease) has no room left for this call",
     "stale_premise": "something it relies on no longer holds",
     "payload_changed": (
         "this tool was already called for this case with other arguments, and the first call stands"
