@@ -46,7 +46,7 @@ from notary.models import (
     Target,
     Tenant,
 )
-from notary.templatetags.review import limits, money
+from notary.templatetags.review import budgets, limits, money
 
 # The desk's pages need the width: the queue's columns and an effect's ledger entries matter
 # more than a sidebar repeating the home page's list.
@@ -515,6 +515,10 @@ class LimitsInWords:
     def cases(self, obj: Lease | LeaseRequest) -> str:
         return cases_in_words(obj.case_id, obj.case_class, obj.case_pattern)
 
+    @admin.display(description="budgets")
+    def budgets_in_words(self, obj: Lease | LeaseRequest) -> str:
+        return budgets(obj.budgets, obj.currency)
+
 
 @admin.register(Lease)
 class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
@@ -536,6 +540,8 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
         "cases",
         "action",
         "limits_in_words",
+        "budgets_in_words",
+        "budgets_now",
         "payload_hash",
         "expires_at",
         "requested_by",
@@ -547,6 +553,18 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
         "revoked_reason",
     ]
     actions = ["revoke"]
+
+    @admin.display(description="spent now")
+    def budgets_now(self, obj: Lease) -> str:
+        """What each budget holds now: the window up to this instant, as a dispatch now would
+        be checked against it; per agent key, the key that has spent most."""
+        if not obj.budgets:
+            return "-"
+        return "; ".join(
+            f"{money(spent.amount, obj.currency)} in {spent.count} effects"
+            + (f" (most by one key: {spender})" if spender else "")
+            for spent, spender in selectors.lease_budgets_now(lease=obj, now=timezone.now())
+        )
 
     @admin.display(description="revoked", ordering="revoked_at")
     def revoked(self, obj: Lease) -> str:
@@ -620,6 +638,7 @@ class LeaseRequestAdmin(LimitsInWords, ReadOnlyAdmin):
         "cases",
         "action",
         "limits_in_words",
+        "budgets_in_words",
         "payload_hash",
         "expires_at",
         "requested_by",

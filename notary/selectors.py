@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import (
+    Count,
     DateTimeField,
     DurationField,
     ExpressionWrapper,
@@ -18,10 +19,12 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    Sum,
     Value,
 )
 from django.db.models.functions import Coalesce
 
+from gate_client.budgets import Budget, BudgetPer, Spent, window_start
 from gate_client.protocol import Intent, Negative, evidence_answer, standing
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.summary import Summary
@@ -53,7 +56,7 @@ from notary.models import (
     Tenant,
 )
 from notary.projection import effect_fields, queued_by
-from notary.services import TOKEN_PREFIX, secret_digest
+from notary.tokens import TOKEN_PREFIX, secret_digest
 
 
 def api_key_for_token(*, token: str) -> ApiKey | None:
@@ -404,3 +407,44 @@ def effect_projection_problems(*, log: Log) -> list[str]:
     if tenant is None:
         return []
     return [f"{tenant.slug}: {line}" for line in effect_projection_differences(tenant=tenant)]
+
+
+def budget_spent(
+    *, tenant: Tenant, lease_id: str, budget: Budget, now: datetime, spender: str
+) -> Spent:
+    """What the lease's effects hold of `budget` at `now`: gate_client.budgets.spent_in, as a
+    query on the projection (which spend_of writes). Read under the log lock, the rows are the
+    ledger's state: they are written with the entries."""
+    spends = Effect.objects.filter(
+        tenant=tenant, lease_id=lease_id, spent_at__gt=window_start(budget, now)
+    )
+    if budget.per == BudgetPer.AGENT_KEY:
+        spends = spends.filter(spent_by=spender)
+    totals = spends.aggregate(amount=Coalesce(Sum("spent_amount"), 0), count=Count("pk"))
+    return Spent(totals["amount"], totals["count"])
+
+
+def lease_budgets_now(*, lease: Lease, now: datetime) -> list[tuple[Spent, str]]:
+    """Each of the lease's budgets as a dispatch at `now` would find it: for a budget per agent
+    key, that of the key that has spent most (and its key id); else ("" for the key)."""
+    held = []
+    for budget in map(Budget.from_body, lease.budgets):
+        spender = ""
+        if budget.per == BudgetPer.AGENT_KEY:
+            top = (
+                Effect.objects.filter(
+                    tenant_id=lease.tenant_id,
+                    lease_id=lease.lease_id,
+                    spent_at__gt=window_start(budget, now),
+                )
+                .values("spent_by")
+                .annotate(amount=Sum("spent_amount"), count=Count("pk"))
+                .order_by("-amount", "-count", "spent_by")
+                .first()
+            )
+            spender = top["spent_by"] if top is not None else ""
+        spent = budget_spent(
+            tenant=lease.tenant, lease_id=lease.lease_id, budget=budget, now=now, spender=spender
+        )
+        held.append((spent, spender))
+    return held

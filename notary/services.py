@@ -18,17 +18,12 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
 from django.db import transaction
-from django.db.models import Count, Sum
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from gate_client.budgets import (
     Budget,
-    BudgetPer,
-    Spent,
     budget_problem,
     parse_budgets,
-    window_start,
 )
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
@@ -91,15 +86,12 @@ from notary.models import (
     waits_for_a_person,
 )
 from notary.projection import effect_fields, queued_by
+from notary.selectors import budget_spent
+from notary.tokens import TOKEN_PREFIX, secret_digest
 
-TOKEN_PREFIX = "ik"
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 # Target names as the adapters name them by default (resend_email, stripe_refunds).
 _TARGET_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?")
-
-
-def secret_digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
 @transaction.atomic(durable=True)
@@ -822,28 +814,13 @@ def _checked_dispatch(
             state,
             now=now,
             spender=spender,
-            spent_for=lambda budget: _budget_spent(
+            spent_for=lambda budget: budget_spent(
                 tenant=tenant, lease_id=request.lease_id, budget=budget, now=now, spender=spender
             ),
         )
     except LeaseRefused as refused:
         raise NotaryConflict("lease_refused", refused.detail, reason=refused.reason) from None
     return NewEntry(kind=EntryKind.DISPATCHED, body=body, effect_id=effect_id)
-
-
-def _budget_spent(
-    *, tenant: Tenant, lease_id: str, budget: Budget, now: datetime, spender: str
-) -> Spent:
-    """What the lease's effects hold of `budget` at `now`: gate_client.budgets.spent_in, as a
-    query on the projection (which spend_of writes). Read under the log lock, the rows are the
-    ledger's state: they are written with the entries."""
-    spends = Effect.objects.filter(
-        tenant=tenant, lease_id=lease_id, spent_at__gt=window_start(budget, now)
-    )
-    if budget.per == BudgetPer.AGENT_KEY:
-        spends = spends.filter(spent_by=spender)
-    totals = spends.aggregate(amount=Coalesce(Sum("spent_amount"), 0), count=Count("pk"))
-    return Spent(totals["amount"], totals["count"])
 
 
 @transaction.atomic(durable=True)

@@ -14,6 +14,7 @@ from django import template
 from django.conf import settings
 from django.utils.translation import to_locale
 
+from gate_client.budgets import Budget, BudgetPer, BudgetStatement
 from gate_client.money import AMOUNT_FIELDS
 
 register = template.Library()
@@ -74,3 +75,55 @@ def payload_rows(payload: Any, currency: str) -> list[tuple[str, str]]:
         else:
             rows.append((name, value if isinstance(value, str) else as_json(value)))
     return rows
+
+
+_PER = {
+    BudgetPer.TENANT: "for all agent keys together",
+    BudgetPer.AGENT_KEY: "for each agent key",
+}
+
+
+def _within(budget: Budget, currency: str) -> str:
+    """What a budget allows, per how long: "$2,000.00 and 100 effects in any 1 day"."""
+    bounds = []
+    if budget.max_amount is not None:
+        bounds.append(money(budget.max_amount, currency))
+    if budget.max_count is not None:
+        bounds.append(f"{format_decimal(budget.max_count, locale=_locale())} effects")
+    return f"{' and '.join(bounds)} in any {_span(budget.window_seconds)}"
+
+
+def _span(seconds: int) -> str:
+    """A window exactly, in the largest unit it is a whole number of: "1 day", "90 seconds"
+    (a rounded "2 minutes" would misstate a budget)."""
+    for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}" if count == 1 else f"{count:,} {unit}s"
+    return f"{seconds:,} seconds"
+
+
+@register.filter
+def budgets(terms: Any, currency: str = "") -> str:
+    """A lease's budgets (Budget bodies) in words, in the lease's currency."""
+    if not terms:
+        return "no budget"
+    return "; ".join(
+        f"at most {_within(b, currency)}, {_PER[b.per]}" for b in map(Budget.from_body, terms)
+    )
+
+
+@register.filter
+def budget_statement(statement: Any, currency: str = "") -> str:
+    """A DISPATCHED's budget statement in words: what each budget had spent before it, what it
+    spent, and the limits: "$1,950.00 in 41 effects of $2,000.00 and 100 effects in any 1 day
+    were spent before it, for all agent keys together; it spent $50.00"."""
+    if not statement:
+        return "no budget"
+    parsed = BudgetStatement.from_body(statement)
+    said = [
+        f"{money(s.spent_before.amount, currency)} in {s.spent_before.count} effects of "
+        f"{_within(s.budget, currency)} were spent before it, {_PER[s.budget.per]}"
+        for s in parsed.standings
+    ]
+    return "; ".join(said) + f"; it spent {money(parsed.amount, currency)}"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from django.test import Client
 from django.utils import timezone
 
 from gate_client.budgets import budget_problems
@@ -199,6 +200,31 @@ def test_every_statement_re_derives_from_the_ledger(acme: Tenant, lease: Lease) 
     assert budget_problems(entries) == ([], 3)
     services.effects_rebuild(tenant=acme)  # the spend columns follow from the entries alone
     assert Effect.objects.filter(tenant=acme, spent_at__isnull=False).count() == 2
+
+
+def test_the_admin_shows_the_budgets_in_words_what_they_hold_and_each_effects_statement(
+    acme: Tenant, lease: Lease, admin_client: Client
+) -> None:
+    key = agent_key(acme)
+    spend(acme, lease, "case-1", 4000, key)
+    unknown = spend(acme, lease, "case-2", 1950, key)
+    ends(acme, unknown, "AMBIGUOUS", {"attempt": 1, "reason": "timeout"})
+
+    page = admin_client.get(f"/admin/notary/lease/{lease.pk}/change/").content.decode()
+    assert (
+        "at most $100.00 and 5 effects in any 1 day, for all agent keys together; "
+        "at most $60.00 in any 1 day, for each agent key"
+    ) in page
+    assert f"$59.50 in 2 effects; $59.50 in 2 effects (most by one key: {key.key_id})" in page
+
+    effect = Effect.objects.get(effect_id=unknown)
+    review = admin_client.get(f"/admin/notary/ambiguouseffect/{effect.pk}/change/")
+    assert review.status_code == 200
+    assert (
+        "Budget at its first dispatch: $40.00 in 1 effects of $100.00 and 5 effects in any 1 "
+        "day were spent before it, for all agent keys together; $40.00 in 1 effects of $60.00 "
+        "in any 1 day were spent before it, for each agent key; it spent $19.50."
+    ) in review.content.decode()
 
 
 def verified(tenant: Tenant, signer: Signer) -> int:
