@@ -3,20 +3,25 @@
 The contract: ``POST {base}/effects`` with ``Idempotency-Key: <effect id>`` and a JSON body
 ``{"effect_id", "payload"}`` acts (2xx with ``{"result_ref"}``) or refuses for good (4xx with
 ``{"error"}``); ``GET {base}/effects/<effect id>`` answers 200 ``{"result_ref"}`` or 404. Which of
-these the service honours is the tier it is declared at."""
+these the service honours is the tier it is declared at. A service reconciled with the notary
+lists what it did: ``GET {base}/effects?created_gte=T&created_lt=T&limit=N[&starting_after=REF]``
+(T in Unix seconds) answers ``{"data": [{"effect_id", "result_ref", "at", ...}], "has_more"}``
+in the order it acted (`effects_created`)."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gate_client.faults import CrashPoint, crash_point
+from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
     FailedDefinitively,
     Found,
@@ -87,6 +92,51 @@ class HttpTarget:
             return Unknown(f"HTTP {error.code}")
         except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
             return Unknown(str(error))
+
+
+def effects_created(
+    base_url: str, window: Window, *, api_key: str = "", timeout_seconds: float = 5.0
+) -> Iterator[ProviderRecord]:
+    """Everything the service lists as done in `window`, a page at a time, with `api_key` as
+    its bearer key when given. An error or an answer that is not the contract's is a
+    ReconciliationError (naming the status, never the key)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    after: str | None = None
+    while True:
+        query = {
+            "created_gte": repr(window.since.timestamp()),
+            "created_lt": repr(window.until.timestamp()),
+            "limit": "100",
+            **({"starting_after": after} if after else {}),
+        }
+        url = f"{base_url}/effects?{urllib.parse.urlencode(query)}"
+        try:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=timeout_seconds) as response:
+                page = json.loads(response.read())
+            acts = page["data"]
+            for act in acts:
+                yield ProviderRecord(
+                    ref=str(act["result_ref"]),
+                    created_at=datetime.fromtimestamp(float(act["at"]), UTC),
+                    effect_id=act.get("effect_id")
+                    if isinstance(act.get("effect_id"), str)
+                    else None,
+                    evidence={
+                        k: act[k] for k in ("effect_id", "result_ref", "at", "payload") if k in act
+                    },
+                )
+        except urllib.error.HTTPError as error:
+            raise ReconciliationError(f"the service refused its list: HTTP {error.code}") from error
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+            raise ReconciliationError(f"the service's list did not answer: {error}") from error
+        except (KeyError, TypeError, ValueError) as error:
+            raise ReconciliationError(
+                f"the service's list is not the contract's: {error!r}"
+            ) from error
+        if not page.get("has_more") or not acts:
+            return
+        after = str(acts[-1]["result_ref"])
 
 
 def _error_code(error: urllib.error.HTTPError) -> str:

@@ -26,8 +26,8 @@ it takes from the SDK's defaults once, when constructed (``RESEND_API_KEY`` and
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import resend
@@ -41,6 +41,7 @@ from gate_client.adapters.declarations import (
     requests_timeouts,
 )
 from gate_client.faults import CrashPoint, crash_point
+from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
     FailedDefinitively,
     Found,
@@ -163,56 +164,147 @@ class ResendEmail:
         return Unknown(f"the probe sender {probe['from']!r} is verified: the probe sent an email")
 
     def _post_email(self, params: Mapping[str, Any], *, idempotency_key: str) -> dict[str, Any]:
-        """``POST /emails`` as `resend.Emails.send` makes it through ``resend.Request``
-        (headers, the HTTP client's failure as ``HttpClientError``, the answer's status and
-        body to a `ResendError`), with this target's key, URL and HTTP client."""
-        headers = {
-            "Accept": "application/json",
-            "Authorization": f"Bearer {self.api_key}",
-            "User-Agent": f"resend-python:{resend.get_version()}",
-            "Idempotency-Key": idempotency_key,
-        }
-        try:
-            content, status, answer_headers = self.http_client.request(
-                method="post", url=f"{self.api_url}/emails", headers=headers, json=dict(params)
-            )
-        except Exception as error:  # the SDK's safety net: the request may have arrived
-            raise ResendError(
-                code=500,
-                error_type="HttpClientError",
-                message=str(error),
-                suggested_action="Request failed, please try again.",
-            ) from error
-        seen = dict(answer_headers)
-        failing = status if status >= 400 else 500  # a body that is no answer: only the status
-        content_type = {k.lower(): v for k, v in seen.items()}.get("content-type", "")
-        if "application/json" not in content_type:
-            raise_for_code_and_type(
-                code=failing,
-                error_type="application_error",
-                message=f"Expected JSON response but got: {content_type}",
-                headers=seen,
-            )
-        try:
-            data = json.loads(content)
-        except (ValueError, UnicodeDecodeError):
-            data = None
-        if not isinstance(data, dict):
-            raise_for_code_and_type(
-                code=failing,
-                error_type="application_error",
-                message="Failed to decode JSON response",
-                headers=seen,
-            )
-        code = status if status >= 400 else data.get("statusCode")
-        if code not in (None, 200):
-            raise_for_code_and_type(
-                code=code or 500,
-                error_type=str(data.get("name", "InternalServerError")),
-                message=str(data.get("message", "Unknown error")),
-                headers=seen,
-            )
-        return data
+        """``POST /emails`` as `resend.Emails.send` makes it, with this target's key, URL and
+        HTTP client."""
+        return resend_call(
+            self.http_client,
+            self.api_key,
+            "post",
+            f"{self.api_url}/emails",
+            params=params,
+            idempotency_key=idempotency_key,
+        )
+
+
+def resend_call(
+    http_client: resend.HTTPClient,
+    api_key: str,
+    method: str,
+    url: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """One request as the SDK's ``resend.Request`` makes it (headers, the HTTP client's failure
+    as ``HttpClientError``, the answer's status and body to a `ResendError`), with the key, URL
+    and HTTP client given instead of the SDK's module globals."""
+    headers = {
+        "Accept": "application/json",
+        "Authorization": f"Bearer {api_key}",
+        "User-Agent": f"resend-python:{resend.get_version()}",
+    }
+    if idempotency_key is not None:
+        headers["Idempotency-Key"] = idempotency_key
+    try:
+        content, status, answer_headers = http_client.request(
+            method=method,
+            url=url,
+            headers=headers,
+            json=dict(params) if params is not None else None,
+        )
+    except Exception as error:  # the SDK's safety net: the request may have arrived
+        raise ResendError(
+            code=500,
+            error_type="HttpClientError",
+            message=str(error),
+            suggested_action="Request failed, please try again.",
+        ) from error
+    seen = dict(answer_headers)
+    failing = status if status >= 400 else 500  # a body that is no answer: only the status
+    content_type = {k.lower(): v for k, v in seen.items()}.get("content-type", "")
+    if "application/json" not in content_type:
+        raise_for_code_and_type(
+            code=failing,
+            error_type="application_error",
+            message=f"Expected JSON response but got: {content_type}",
+            headers=seen,
+        )
+    try:
+        data = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise_for_code_and_type(
+            code=failing,
+            error_type="application_error",
+            message="Failed to decode JSON response",
+            headers=seen,
+        )
+    code = status if status >= 400 else data.get("statusCode")
+    if code not in (None, 200):
+        raise_for_code_and_type(
+            code=code or 500,
+            error_type=str(data.get("name", "InternalServerError")),
+            message=str(data.get("message", "Unknown error")),
+            headers=seen,
+        )
+    return data
+
+
+def emails_created(
+    http_client: resend.HTTPClient, api_key: str, api_url: str, window: Window
+) -> Iterator[ProviderRecord]:
+    """Every email Resend shows created in `window`, each with the effect id its tag carries.
+
+    Resend's list (``GET /emails``) is newest first, paged with ``after`` (the last id of a
+    page), and has neither a time filter nor the tags: the list is read until an email older than
+    the window, and each email in it is read (``GET /emails/{id}``) for its tags. Only a key with
+    full access lists: a sending-only key is refused (401 ``restricted_api_key``), as is any
+    other error, with a ReconciliationError naming Resend's error (never the key)."""
+    after: str | None = None
+    try:
+        while True:
+            query = f"?limit={_LIST_PAGE}" + (f"&after={after}" if after else "")
+            page = resend_call(http_client, api_key, "get", f"{api_url}/emails{query}")
+            listed = page.get("data")
+            if not isinstance(listed, list):
+                raise ReconciliationError("Resend's email list has no data")
+            for item in listed:
+                created = datetime.fromisoformat(str(item["created_at"]))
+                if created < window.since:
+                    return
+                if created < window.until:
+                    email = resend_call(
+                        http_client, api_key, "get", f"{api_url}/emails/{item['id']}"
+                    )
+                    yield ProviderRecord(
+                        ref=str(email["id"]),
+                        created_at=created,
+                        effect_id=_tagged_effect(email.get("tags")),
+                        evidence=_email_evidence(email),
+                    )
+            if not page.get("has_more") or not listed:
+                return
+            after = str(listed[-1]["id"])
+    except ResendError as error:
+        raise ReconciliationError(
+            f"Resend refused the email list: {error.code} {error.error_type}: {error.message}"
+        ) from error
+    except (KeyError, TypeError, ValueError) as error:
+        raise ReconciliationError(f"Resend's email list is not as documented: {error!r}") from error
+
+
+_LIST_PAGE = 100  # Resend's largest page
+
+
+def _tagged_effect(tags: Any) -> str | None:
+    """The effect id of the email's interlock tag; Resend shows tags as a list of
+    {"name", "value"} (or, in its webhooks, as an object)."""
+    if isinstance(tags, dict):
+        value = tags.get(TAG)
+    elif isinstance(tags, list):
+        value = next(
+            (t.get("value") for t in tags if isinstance(t, dict) and t.get("name") == TAG), None
+        )
+    else:
+        value = None
+    return value if isinstance(value, str) else None
+
+
+def _email_evidence(email: Mapping[str, Any]) -> dict[str, Any]:
+    """What a reviewer needs of an email, as Resend shows it (not its body)."""
+    fields = ("id", "from", "to", "cc", "bcc", "subject", "created_at", "last_event", "tags")
+    return {f: email[f] for f in fields if email.get(f) is not None}
 
 
 def client_request_bound(http_client: resend.HTTPClient) -> timedelta:

@@ -18,8 +18,9 @@ and ``"metadata"``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import stripe
@@ -35,6 +36,7 @@ from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import PremisesFor
 from gate_client.ids import effect_id_for
 from gate_client.proposal import Premise, PremiseResult
+from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
     FailedDefinitively,
     Found,
@@ -234,6 +236,51 @@ def refund_premises(client: stripe.StripeClient) -> PremisesFor:
         ]
 
     return premises_for
+
+
+def refunds_created(client: stripe.StripeClient, window: Window) -> Iterator[ProviderRecord]:
+    """Every refund Stripe shows created in `window`, newest first, each with the effect id its
+    metadata carries (none for a refund made outside the gate), through the SDK's auto-paging
+    over ``created`` (whole seconds: the window's ends rounded outwards). A refund the key may
+    not read, or an answer that is not a list, is a ReconciliationError naming the error's class,
+    status and code only (never the request, which carries the key)."""
+    params: dict[str, Any] = {
+        "created": {
+            "gte": math.floor(window.since.timestamp()),
+            "lt": math.ceil(window.until.timestamp()),
+        },
+        "limit": 100,
+    }
+    try:
+        for refund in client.v1.refunds.list(params=params).auto_paging_iter():  # type: ignore[arg-type]
+            yield ProviderRecord(
+                ref=refund.id,
+                created_at=datetime.fromtimestamp(refund.created, UTC),
+                effect_id=_effect_of(refund),
+                evidence=_refund_evidence(refund),
+            )
+    except stripe.StripeError as error:
+        raise ReconciliationError(
+            f"Stripe refused the refund list: {type(error).__name__} "
+            f"(HTTP {error.http_status or '-'}, {error.code or 'no code'})"
+        ) from error
+
+
+def _refund_evidence(refund: stripe.Refund) -> dict[str, Any]:
+    """What a reviewer needs of a refund, as Stripe shows it."""
+    metadata = refund.metadata.to_dict() if refund.metadata else {}
+    shown = {
+        "id": refund.id,
+        "amount": refund.amount,
+        "currency": refund.currency,
+        "status": refund.status,
+        "created": refund.created,
+        "payment_intent": getattr(refund, "payment_intent", None),
+        "charge": getattr(refund, "charge", None),
+        "reason": getattr(refund, "reason", None),
+        "metadata": {str(k): str(v) for k, v in metadata.items()},
+    }
+    return {k: v for k, v in shown.items() if v is not None}
 
 
 def _refunds_of(client: stripe.StripeClient, payment_intent: str) -> Iterator[stripe.Refund]:

@@ -1,12 +1,14 @@
 """localstripe, a fake Stripe API server from PyPI, as the Stripe refund adapter's peer.
 
-It speaks enough of Stripe's API for the official SDK to create payments and refunds and list a
-payment's refunds with their metadata. It does NOT honour Idempotency-Key and does not check
+It speaks enough of Stripe's API for the official SDK to create payments and refunds and list
+refunds with their metadata, a payment's or (testkit.peers.localstripe_server adds the filter)
+those created in a time window. It does NOT honour Idempotency-Key and does not check
 that refunds stay within the payment, so against it the refund target is tier 2: the lookup is
 all that keeps a resend from refunding twice. Its own refund list is the ground truth."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import stripe
 
 from testkit.notary_server import free_port, wait_until_answering
+from testkit.paths import REPO_ROOT
 
 TEST_CARD: stripe.params.PaymentMethodCreateParamsCard = {
     "number": "4242424242424242",
@@ -42,8 +45,16 @@ def running_localstripe(work_dir: Path) -> Iterator[str]:
     port = free_port()
     log = work_dir / "localstripe.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "localstripe", "--port", str(port), "--from-scratch"],
+        [
+            sys.executable,
+            "-m",
+            "testkit.peers.localstripe_server",
+            "--port",
+            str(port),
+            "--from-scratch",
+        ],
         cwd=work_dir,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         stdout=subprocess.DEVNULL,
         stderr=log.open("ab"),
     )

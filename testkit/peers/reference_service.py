@@ -2,7 +2,7 @@
 the demo send effects to it, and an agent's own integration tests can too.
 
     python -m testkit.peers.reference_service --store PATH [--dedupe] [--lookup]
-        [--attest NOTARY_URL --attest-token TOKEN]
+        [--attest NOTARY_URL --attest-token TOKEN] [--list-key KEY]
 
 prints its port on stdout once it listens on 127.0.0.1. Its ground truth is its own store: one
 fsync'd JSON line each time it really acted (effect id, idempotency key, payload, result_ref),
@@ -10,7 +10,11 @@ written before it answers, so a client SIGKILLed while the response is on the wi
 un-happen an effect. The tests read the truth from that file, never from the client's journal.
 
 `--dedupe` replays the first result for an Idempotency-Key it has seen instead of acting again
-(tier 1); `--lookup` answers ``GET /effects/<id>`` (tier 2), which is otherwise 501. ``POST
+(tier 1); `--lookup` answers ``GET /effects/<id>`` (tier 2), which is otherwise 501.
+``GET /effects?created_gte=T&created_lt=T[&limit=N][&starting_after=REF]`` lists what it did
+(every act, in the order it acted; T in Unix seconds), a page at a time (``{"data",
+"has_more"}``, at most 100), which reconciliation reads; with `--list-key KEY` only under
+``Authorization: Bearer KEY``. ``POST
 /control/drop-response`` with ``{"effect_id"}`` makes the next request for that effect act and
 then hang up without a response: a response lost on the wire, with the client still alive.
 
@@ -25,6 +29,7 @@ that second attestation out: a service that died between acting and saying so.""
 from __future__ import annotations
 
 import argparse
+import hmac
 import http.client
 import json
 import os
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 
 def read_acts(store: Path, effect_id: str | None = None) -> list[dict[str, Any]]:
@@ -54,6 +60,7 @@ def read_acts(store: Path, effect_id: str | None = None) -> list[dict[str, Any]]
 
 
 ATTEST_TIMEOUT_SECONDS = 5.0
+LIST_PAGE_MAX = 100
 
 
 @dataclass(frozen=True)
@@ -121,11 +128,19 @@ class Service:
     """What the service remembers, rebuilt from its store so a restart forgets no key."""
 
     def __init__(
-        self, store: Path, *, dedupe: bool, lookup: bool, attestor: Attestor | None = None
+        self,
+        store: Path,
+        *,
+        dedupe: bool,
+        lookup: bool,
+        attestor: Attestor | None = None,
+        list_key: str | None = None,
     ) -> None:
         self.dedupe = dedupe
         self.lookup = lookup
         self.attestor = attestor
+        self.list_key = list_key
+        self._acts: list[dict[str, Any]] = []
         # The key check, the attestation and the act are one step.
         self._lock = threading.Lock()
         self._by_key: dict[str, str] = {}
@@ -171,6 +186,22 @@ class Service:
         with self._lock:
             return self._by_effect.get(effect_id)
 
+    def listing(
+        self, *, gte: float, lt: float, limit: int, starting_after: str | None
+    ) -> dict[str, Any] | None:
+        """The acts in [gte, lt), in the order they happened, a page from after the act named
+        `starting_after` on; None when that act is not in the range."""
+        with self._lock:
+            acts = [a for a in self._acts if gte <= a["at"] < lt]
+        start = 0
+        if starting_after is not None:
+            refs = [a["result_ref"] for a in acts]
+            if starting_after not in refs:
+                return None
+            start = refs.index(starting_after) + 1
+        page = acts[start : start + limit]
+        return {"data": page, "has_more": start + limit < len(acts)}
+
     def drop_next_response(self, effect_id: str) -> None:
         with self._lock:
             self._drop_for.add(effect_id)
@@ -187,6 +218,7 @@ class Service:
         return drop
 
     def _remember(self, act: dict[str, Any]) -> None:
+        self._acts.append(act)
         if act["idempotency_key"] is not None:
             self._by_key.setdefault(act["idempotency_key"], act["result_ref"])
         self._by_effect.setdefault(act["effect_id"], act["result_ref"])
@@ -232,7 +264,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         prefix = "/effects/"
-        if not self.path.startswith(prefix):
+        if urlsplit(self.path).path == "/effects":
+            self._list()
+        elif not self.path.startswith(prefix):
             self._reply(404, {"error": "no_such_endpoint"})
         elif not self.server.service.lookup:
             self._reply(501, {"error": "lookup_not_supported"})
@@ -240,6 +274,31 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(404, {"error": "not_found"})
         else:
             self._reply(200, {"result_ref": result_ref})
+
+    def _list(self) -> None:
+        service = self.server.service
+        if service.list_key is not None:
+            given = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if not hmac.compare_digest(given.encode(), service.list_key.encode()):
+                self._reply(401, {"error": "unauthorized"})
+                return
+        query = {name: values[-1] for name, values in parse_qs(urlsplit(self.path).query).items()}
+        try:
+            gte, lt = float(query["created_gte"]), float(query["created_lt"])
+            limit = int(query.get("limit", str(LIST_PAGE_MAX)))
+        except (KeyError, ValueError):
+            self._reply(400, {"error": "bad_request", "detail": "created_gte and created_lt"})
+            return
+        if not 1 <= limit <= LIST_PAGE_MAX:
+            self._reply(400, {"error": "bad_request", "detail": f"limit 1 to {LIST_PAGE_MAX}"})
+            return
+        page = service.listing(
+            gte=gte, lt=lt, limit=limit, starting_after=query.get("starting_after")
+        )
+        if page is None:
+            self._reply(400, {"error": "bad_request", "detail": "starting_after is not listed"})
+        else:
+            self._reply(200, page)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a request log on stderr would fill the pipe of a test that never reads it."""
@@ -334,14 +393,18 @@ def running_server(
     lookup: bool,
     attest: str | None = None,
     attest_token: str | None = None,
+    list_key: str | None = None,
 ) -> Iterator[RunningServer]:
     """Start the service as its own process; stop it on exit. `attest` (the notary's URL, with
-    the service key `attest_token`) makes it attest before acting."""
+    the service key `attest_token`) makes it attest before acting; `list_key` is the key its
+    list of acts needs."""
     if (attest is None) != (attest_token is None):
         raise ValueError("attest and attest_token go together")
     flags = [flag for flag, on in (("--dedupe", dedupe), ("--lookup", lookup)) if on]
     if attest is not None and attest_token is not None:
         flags += ["--attest", attest, "--attest-token", attest_token]
+    if list_key is not None:
+        flags += ["--list-key", list_key]
     command = [sys.executable, "-m", "testkit.peers.reference_service", "--store", str(store)]
     with serving([*command, *flags]) as url:
         yield RunningServer(url, store)
@@ -356,12 +419,19 @@ def main() -> None:
         "--attest", metavar="NOTARY_URL", help="attest each request to this notary before acting"
     )
     parser.add_argument("--attest-token", metavar="TOKEN", help="the notary service key")
+    parser.add_argument("--list-key", metavar="KEY", help="the bearer key GET /effects needs")
     parser.add_argument("--port", type=int, default=0, help="default: a free one, printed")
     args = parser.parse_args()
     if (args.attest is None) != (args.attest_token is None):
         parser.error("--attest and --attest-token go together")
     attestor = Attestor(args.attest, args.attest_token) if args.attest else None
-    service = Service(args.store, dedupe=args.dedupe, lookup=args.lookup, attestor=attestor)
+    service = Service(
+        args.store,
+        dedupe=args.dedupe,
+        lookup=args.lookup,
+        attestor=attestor,
+        list_key=args.list_key,
+    )
     server = TargetHTTPServer(service, args.port)
     print(server.server_address[1], flush=True)
     server.serve_forever()

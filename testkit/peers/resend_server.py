@@ -14,8 +14,11 @@ the body (422; 400 for bad JSON), the ``Idempotency-Key`` (400 when empty or ove
 key seen within the key window replays its first ``{"id"}`` for the same canonical body, is 409
 ``invalid_idempotent_request`` for another one and 409 ``concurrent_idempotent_requests`` while
 its first request is in flight), then the sender's domain (403 when not verified), and only then
-sends: a refused request leaves its key unused. ``GET /emails/{id}`` and ``GET /emails?limit=N``
-read the emails back; errors are ``{"statusCode", "name", "message"}``, as the SDK parses them.
+sends: a refused request leaves its key unused. ``GET /emails/{id}`` and ``GET
+/emails?limit=N[&after=ID]`` (newest first, the page after the email ID) read the emails back, with
+a full-access key only: a sending-only key (``re_send_...`` here) is refused 401
+``restricted_api_key``, as Resend refuses one; errors are ``{"statusCode", "name", "message"}``, as
+the SDK parses them.
 
 Each sent email then lives through ``email.sent`` and ``email.delivered`` (``email.bounced`` for
 ``bounced@resend.dev``), each after the webhook delay; with a webhook URL every event is POSTed
@@ -56,6 +59,7 @@ BOUNCE_ADDRESS = "bounced@resend.dev"  # Resend's test recipient that always bou
 RETRY_BACKOFF_SECONDS = (0.1, 0.3, 1.0)
 ADDRESS = re.compile(r"[^@\s<>\"]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 MAILBOX = re.compile(r"\s*(?:[^<>]*<([^<>\s]+)>|([^<>\s]+))\s*")
+SENDING_ONLY_PREFIX = "re_send_"  # a key with sending access only, here
 TAG_PART = re.compile(r"[A-Za-z0-9_-]{1,256}")
 # The store's own bookkeeping, not part of the email object GET /emails/{id} shows.
 UNSHOWN_FIELDS = frozenset({"idempotency_key", "request_sha256", "at", "headers"})
@@ -353,19 +357,26 @@ class Service:
                 "last_event": self._last_event[email_id],
             }
 
-    def listing(self, limit: int) -> dict[str, Any]:
-        """Newest first, without tags: Resend's list neither shows nor filters by them."""
+    def listing(self, limit: int, after: str | None = None) -> dict[str, Any] | None:
+        """Newest first, without tags: Resend's list neither shows nor filters by them. `after`
+        names the last email of the page before (None: no such email)."""
         with self._lock:
             newest = self._emails[::-1]
+            start = 0
+            if after is not None:
+                ids = [e["id"] for e in newest]
+                if after not in ids:
+                    return None
+                start = ids.index(after) + 1
             return {
                 "object": "list",
-                "has_more": len(newest) > limit,
+                "has_more": len(newest) > start + limit,
                 "data": [
                     {
                         **{f: e[f] for f in ("id", "to", "from", "subject", "created_at")},
                         "last_event": self._last_event[e["id"]],
                     }
-                    for e in newest[:limit]
+                    for e in newest[start : start + limit]
                 ],
             }
 
@@ -424,14 +435,18 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         service = self.server.service
         try:
-            self._authorize()
+            self._authorize(reading=True)
             if url.path == "/emails":
-                limit = parse_qs(url.query).get("limit", ["20"])[-1]
+                query = parse_qs(url.query)
+                limit = query.get("limit", ["20"])[-1]
                 if not (limit.isdigit() and 1 <= int(limit) <= 100):
                     raise ApiError(
                         422, "validation_error", "The `limit` must be between 1 and 100."
                     )
-                reply = service.listing(int(limit))
+                listed = service.listing(int(limit), query.get("after", [None])[-1])
+                if listed is None:
+                    raise ApiError(422, "validation_error", "The `after` email does not exist.")
+                reply = listed
             elif not url.path.startswith("/emails/"):
                 raise ApiError(404, "not_found", "The requested endpoint does not exist.")
             elif (email := service.view(url.path.removeprefix("/emails/"))) is None:
@@ -446,7 +461,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a request log on stderr would fill the pipe of a test that never reads it."""
 
-    def _authorize(self) -> None:
+    def _authorize(self, *, reading: bool = False) -> None:
         scheme, _, api_key = self.headers.get("Authorization", "").partition(" ")
         if scheme != "Bearer" or not api_key.strip():
             raise ApiError(
@@ -457,6 +472,10 @@ class Handler(BaseHTTPRequestHandler):
             )
         if not api_key.strip().startswith("re_"):
             raise ApiError(403, "invalid_api_key", "API key is invalid")
+        if reading and api_key.strip().startswith(SENDING_ONLY_PREFIX):
+            raise ApiError(
+                401, "restricted_api_key", "This API key is restricted to only send emails"
+            )
 
     def _control(self, body: dict[str, Any]) -> dict[str, Any]:
         deliver = body.get("deliver")
