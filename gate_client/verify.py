@@ -29,7 +29,9 @@ verdicts:
   a smaller one must be the root of the export's first entries (which the export carries in
   full, every one proved in its tree, so the check needs no proof from the notary);
 - outcomes: how many receipts ended in each final state (with --summary, also as CSV: counts
-  and money per month, target, final state and currency).
+  and money per month, target, final state and currency), and how many reconciliation findings
+  (RECONCILED entries: what a provider showed against the admitted effects) of each kind the
+  export holds; a finding is evidence, and changes no receipt.
 It exits 0 when all but the last hold, and 1 naming the first bad line and receipt otherwise."""
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from ledger.core.checkpoint import (
     succession,
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
-from ledger.core.entries import Entry, EntryError, entry_from_leaf
+from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, leaf_hash, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
 
@@ -89,6 +91,7 @@ class Report:
     copies: int = 0  # copies carried in receipt lines (lease entries), each proved too
     outcomes: Counter[str] = field(default_factory=Counter)
     budgets: int = 0  # budget statements re-derived from the log's entries
+    findings: Counter[str] = field(default_factory=Counter)  # RECONCILED entries, by finding
     known: int = 0  # known checkpoints the export's tree was found consistent with
     cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
     summary: Summary = field(default_factory=lambda: Summary())
@@ -133,6 +136,7 @@ def verify_export(
     state.complete()
     report.proved, report.copies = state.proved, state.copied
     report.budgets = state.budgets
+    report.findings = state.findings
     report.known = held.check()
     return report
 
@@ -298,6 +302,7 @@ class _Walk:
         self.finished = False
         self.proved = 0  # homes: distinct entries
         self.copied = 0
+        self.findings: Counter[str] = Counter()
         self.receipted: set[str] = set()
         self.loose: dict[str, list[Entry]] = {}
         self.out_of_time: set[str] = set()
@@ -477,6 +482,10 @@ class _Walk:
             and ("budget" in entry.body_value())
         ):
             self.spending[entry.effect_id] = [entry]
+        if entry.kind == EntryKind.RECONCILED:
+            body = entry.body_value()
+            finding = body.get("finding") if isinstance(body, dict) else None
+            self.findings[finding if isinstance(finding, str) else "unreadable"] += 1
         self.held.leaf(entry.seq, entry.entry_hash)
         copy = self.copies.pop(entry.seq, None)
         if copy is not None and copy != entry.entry_hash:
@@ -730,6 +739,10 @@ def _print_report(report: Report, witnesses: WitnessPolicy) -> None:
     print("outcomes:")
     for state, count in sorted(report.outcomes.items()):
         print(f"  {state:<34} {count:>8,}")
+    if report.findings:
+        print("reconciliation findings (evidence for a person, no verdict):")
+        for finding, count in sorted(report.findings.items()):
+            print(f"  {finding:<34} {count:>8,}")
 
 
 class _Progress:

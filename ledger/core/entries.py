@@ -40,6 +40,9 @@ class EntryKind(enum.StrEnum):
     OBSERVED = "OBSERVED"
     RESOLVED = "RESOLVED"
     NOTED = "NOTED"  # a person's note on an effect under review: no verdict, no evidence
+    # A reconciliation finding: what a target's provider showed against the admitted effects
+    # (gate_client.reconciliation). Evidence for a person, never a verdict.
+    RECONCILED = "RECONCILED"
 
 
 class EntryError(ValueError):
