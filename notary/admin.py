@@ -1,7 +1,9 @@
 """The admin, for finance staff and operators: the AMBIGUOUS review queue and each effect's page,
 leases with a revoke action (confirmed, with a reason), API keys (a new one shown once), tenants
-and targets, and who was told of each review (notify_reviewers sets who is). Nothing in the
-ledger is edited here: a decision or a revocation is a ledger entry written by a service."""
+and targets, who was told of each review (notify_reviewers sets who is), and what reconciliation
+with the providers found (each finding with its evidence; its effect's page shows it too).
+Nothing in the ledger is edited here: a decision or a revocation is a ledger entry written by a
+service."""
 
 from __future__ import annotations
 
@@ -41,12 +43,14 @@ from notary.models import (
     Effect,
     Lease,
     LeaseRequest,
+    ReconciliationFinding,
+    ReconciliationSource,
     ReviewNotice,
     ReviewNotifications,
     Target,
     Tenant,
 )
-from notary.templatetags.review import budgets, limits, money
+from notary.templatetags.review import as_json, budgets, limits, money
 
 # The desk's pages need the width: the queue's columns and an effect's ledger entries matter
 # more than a sidebar repeating the home page's list.
@@ -905,3 +909,75 @@ class ReviewNotificationsAdmin(ReadOnlyAdmin):
     @admin.display(description="emails")
     def addresses(self, config: ReviewNotifications) -> str:
         return ", ".join(config.emails) or "the Finance reviewers with an address"
+
+
+@admin.register(ReconciliationFinding)
+class ReconciliationFindingAdmin(ReadOnlyAdmin):
+    """What reconciliation found, each with the provider's record as its evidence: written by
+    the reconcile task and command as RECONCILED ledger entries, never here."""
+
+    list_display = [
+        "found_at",
+        "kind",
+        "target",
+        "provider_ref",
+        "effect_link",
+        "state",
+        "amount",
+        "tenant",
+    ]
+    list_filter = ["target", "kind", "tenant"]
+    search_fields = ["provider_ref", "effect_id", "subject"]
+    ordering = ["-seq"]
+    list_select_related = ["tenant"]
+    fields = [
+        "tenant",
+        "target",
+        "kind",
+        "effect_link",
+        "state",
+        "provider_ref",
+        "since",
+        "until",
+        "found_at",
+        "seq",
+        "evidence",
+    ]
+
+    @admin.display(description="effect")
+    def effect_link(self, finding: ReconciliationFinding) -> str:
+        if not finding.effect_id:
+            claimed = finding.body.get("claimed_effect_id")
+            return f"none admitted (the provider's object names {claimed})" if claimed else "none"
+        effect = Effect.objects.filter(tenant=finding.tenant, effect_id=finding.effect_id).first()
+        if effect is None:
+            return finding.effect_id
+        url = reverse("admin:notary_effect_change", args=[effect.pk])
+        return format_html('<a href="{}">{}</a>', url, finding.effect_id)
+
+    @admin.display(description="ledger state when found")
+    def state(self, finding: ReconciliationFinding) -> str:
+        return str(finding.body.get("state", "-"))
+
+    @admin.display(description="amount")
+    def amount(self, finding: ReconciliationFinding) -> str:
+        shown = finding.body.get("evidence", {})
+        amount, currency = shown.get("amount"), str(shown.get("currency", "")).upper()
+        return money(amount, currency) if isinstance(amount, int) else "-"
+
+    @admin.display(description="evidence: the provider's record and the finding's entry")
+    def evidence(self, finding: ReconciliationFinding) -> str:
+        return format_html("<pre>{}</pre>", as_json(finding.body))
+
+
+@admin.register(ReconciliationSource)
+class ReconciliationSourceAdmin(ReadOnlyAdmin):
+    """Set by `manage.py reconciliation_source`; the key is never shown, only whether one is."""
+
+    list_display = ["target", "provider", "base_url", "key", "enabled", "reconciled_until"]
+    list_filter = ["provider", "enabled"]
+    fields = ["target", "provider", "base_url", "key", "lookback", "enabled", "reconciled_until"]
+
+    @admin.display(description="API key")
+    def key(self, source: ReconciliationSource) -> str:
+        return "set" if source.api_key else "not set"

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from gate_client.leases import cases_in_words
+from gate_client.reconciliation import FindingKind
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
 from ledger.models import Log
 
@@ -388,3 +389,85 @@ class ReviewNotice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.effect_id}: {self.event} ({self.cause})"
+
+
+class ReconciliationProvider(models.TextChoices):
+    STRIPE = "stripe"  # Stripe refunds, listed by created time through the stripe SDK
+    RESEND = "resend"  # Resend emails: its list and each email's tags (a full-access key)
+    REFERENCE = "reference"  # the HttpTarget contract's list, GET /effects?created_gte=...
+
+
+class ReconciliationSource(models.Model):
+    """Where the notary lists what a target's provider did, and the key it reads with.
+
+    The key is kept server-side, for the notary's reconciliation only: it is never shown (the
+    admin says only whether one is set), logged, or written into a finding. A read-only key is
+    enough and is the one to give (a Stripe restricted key that reads refunds; Resend's list
+    needs a full-access key, which is why an email target may go unreconciled)."""
+
+    target = models.OneToOneField(
+        Target, on_delete=models.PROTECT, related_name="reconciliation_source"
+    )
+    provider = models.CharField(max_length=16, choices=ReconciliationProvider.choices)
+    base_url = models.URLField(max_length=2000, blank=True)  # "": the provider's own API
+    api_key = models.CharField(max_length=500, blank=True)
+    # How long before a window the provider is listed: an effect settled in the window may
+    # have had its object made that much earlier (gate_client.reconciliation).
+    lookback = models.DurationField()
+    enabled = models.BooleanField(default=True)  # the beat reconciles it
+    # The end of the last window the beat reconciled: where its next window starts.
+    reconciled_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(provider__in=ReconciliationProvider.values),
+                name="reconciliationsource_provider_valid",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(provider=ReconciliationProvider.REFERENCE)
+                | ~models.Q(base_url=""),
+                name="reconciliationsource_reference_has_url",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(lookback__gte=timedelta(0)),
+                name="reconciliationsource_lookback_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} for {self.target}"
+
+
+class ReconciliationFinding(models.Model):
+    """A projection of the tenant's RECONCILED ledger entries, kept for the admin's list and so
+    that each finding is written once: one per target, kind and subject (the provider's object,
+    or the effect the provider does not show). The entry, never this row, is the record."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="findings")
+    target = models.CharField(max_length=63)
+    kind = models.CharField(max_length=32, choices=[(k.value, k.value) for k in FindingKind])
+    subject = models.CharField(max_length=255)
+    effect_id = models.CharField(max_length=MAX_EFFECT_ID_LENGTH, blank=True)  # "": none
+    provider_ref = models.CharField(max_length=255, blank=True)  # "": not shown
+    since = models.DateTimeField()  # the window it was found in
+    until = models.DateTimeField()
+    seq = models.BigIntegerField()  # its RECONCILED entry
+    found_at = models.DateTimeField()
+    body = models.JSONField()  # the entry's body: the window, the finding, the evidence
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "target", "kind", "subject"], name="finding_once"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=[k.value for k in FindingKind]),
+                name="finding_kind_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "effect_id"], name="finding_effect")]
+
+    def __str__(self) -> str:
+        return f"{self.target}: {self.kind} {self.subject}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,7 @@ from django.db.models.functions import Coalesce
 from gate_client.budgets import Budget, BudgetPer, Spent, window_start
 from gate_client.protocol import Intent, Negative, evidence_answer, standing
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
+from gate_client.reconciliation import AdmittedEffect, Window
 from gate_client.summary import Summary
 from gate_client.targets import Found
 from ledger.core.entries import Entry as LedgerEntry
@@ -48,6 +50,8 @@ from notary.models import (
     ApiKey,
     Effect,
     Lease,
+    ReconciliationFinding,
+    ReconciliationSource,
     ReviewAssignment,
     ReviewEvent,
     ReviewNotice,
@@ -329,6 +333,7 @@ class Review:
     lease_entries: list[LedgerEntry]
     evidence: list[LedgerEntry]  # OBSERVED, in order
     notes: list[LedgerEntry]  # NOTED, in order: who wrote what, when
+    findings: list[LedgerEntry]  # RECONCILED, in order: what the provider showed of it
     assignment: ReviewAssignment | None
     entries: list[LedgerEntry]  # the effect's own and its lease's, in seq order
 
@@ -355,6 +360,7 @@ def effect_review(*, effect: Effect) -> Review:
         lease_entries=leased,
         evidence=[e for e in history if e.kind == EntryKind.OBSERVED],
         notes=[e for e in history if e.kind == EntryKind.NOTED],
+        findings=[e for e in history if e.kind == EntryKind.RECONCILED],
         assignment=ReviewAssignment.objects.filter(tenant=tenant, effect_id=effect.effect_id)
         .select_related("assignee")
         .first(),
@@ -448,3 +454,47 @@ def lease_budgets_now(*, lease: Lease, now: datetime) -> list[tuple[Spent, str]]
         )
         held.append((spent, spender))
     return held
+
+
+# --- reconciliation with the provider (notary.reconciliation) --------------------------------
+
+
+def reconciliation_admitted(
+    *, tenant: Tenant, target: Target, effect_ids: Iterable[str], window: Window
+) -> dict[str, AdmittedEffect]:
+    """The target's effects a reconciliation compares: every one a provider object names,
+    whenever it was proposed, and every one that settled in the window."""
+    named = Q(effect_id__in=set(effect_ids))
+    settled = Q(settled_at__gte=window.since, settled_at__lt=window.until)
+    rows = Effect.objects.filter(named | settled, tenant=tenant, target=target.name)
+    return {
+        row["effect_id"]: AdmittedEffect(**row)
+        for row in rows.values("effect_id", "state", "result_ref", "settled_at")
+    }
+
+
+def reconciliation_findings(
+    *,
+    tenant: Tenant,
+    target: str | None = None,
+    kind: str | None = None,
+    effect_id: str | None = None,
+) -> QuerySet[ReconciliationFinding]:
+    """The tenant's findings, oldest first, of one target, kind or effect when given."""
+    findings = ReconciliationFinding.objects.filter(tenant=tenant)
+    if target is not None:
+        findings = findings.filter(target=target)
+    if kind is not None:
+        findings = findings.filter(kind=kind)
+    if effect_id is not None:
+        findings = findings.filter(effect_id=effect_id)
+    return findings.order_by("seq")
+
+
+def reconciliation_sources_enabled() -> list[int]:
+    """The ids of the sources the beat reconciles."""
+    return list(
+        ReconciliationSource.objects.filter(enabled=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )

@@ -313,11 +313,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "notary.tasks.send_stranded_review_notices",
         "schedule": 60.0,
     },
+    "reconcile-with-providers": {
+        "task": "notary.tasks.reconcile_with_providers",
+        "schedule": float(env_int("NOTARY_RECONCILE_INTERVAL_SECONDS", 3600)),
+    },
     "prune-webhook-quarantine": {
         "task": "webhooks.tasks.prune_unverified_requests",
         "schedule": 3600.0,
     },
 }
+# Reconciliation's beat windows end this long ago: a provider's list may lag what it did, and
+# an effect's verdict is recorded after the provider acted (notary.reconciliation).
+NOTARY_RECONCILE_LAG_SECONDS = env_int("NOTARY_RECONCILE_LAG_SECONDS", 600)
 # A webhook body larger than this is refused (413, JSON) unread, or as soon as reading it passes
 # the limit (chunked, or a Content-Length that lies); the one limit on webhook bodies, whatever
 # DATA_UPLOAD_MAX_MEMORY_SIZE says.

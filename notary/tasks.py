@@ -1,5 +1,6 @@
-"""The notary's recovery sweep and its reviewers' notices (Celery beat runs sweep_in_flight,
-notify_overdue_reviews and send_stranded_review_notices; see CELERY_BEAT_SCHEDULE).
+"""The notary's recovery sweep, its reviewers' notices and reconciliation with the providers
+(Celery beat runs sweep_in_flight, notify_overdue_reviews, send_stranded_review_notices and
+reconcile_with_providers; see CELERY_BEAT_SCHEDULE).
 
 Tasks take ids, load state and call a service, so a task run twice or late does no harm."""
 
@@ -11,8 +12,9 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from notary import notifications, selectors, services
-from notary.models import Tenant
+from notary import notifications, reconciliation, selectors, services
+from notary.errors import NotaryConflict
+from notary.models import ReconciliationSource, Tenant
 
 # A notice's send is retried this many times, waiting twice as long each time from the base.
 NOTICE_RETRIES = 5
@@ -68,3 +70,39 @@ def send_stranded_review_notices() -> int:
     for notice_id in stranded:
         send_review_notice.delay(notice_id)
     return len(stranded)
+
+
+# A provider that could not be listed is tried again this many times, then at the next beat.
+RECONCILE_RETRIES = 3
+RECONCILE_RETRY_SECONDS = 60
+
+
+@shared_task  # type: ignore[untyped-decorator]
+def reconcile_with_providers() -> int:
+    """Queue one reconciliation per enabled source (a target with its provider's list)."""
+    sources = selectors.reconciliation_sources_enabled()
+    for source_id in sources:
+        reconcile_target.delay(source_id)
+    return len(sources)
+
+
+@shared_task(bind=True, max_retries=RECONCILE_RETRIES)  # type: ignore[untyped-decorator]
+def reconcile_target(self: Any, source_id: int) -> Any:
+    """Reconcile the source's target over its next window, and move its mark past it. Safe to
+    rerun: a window reconciled twice writes each finding once, and a mark another run moved
+    meanwhile is left as that run set it."""
+    source = ReconciliationSource.objects.select_related("target__tenant").get(pk=source_id)
+    window = reconciliation.beat_window(source, now=timezone.now())
+    if window is None:
+        return {"written": 0}
+    target = source.target
+    try:
+        done = reconciliation.target_reconcile(
+            tenant=target.tenant, target=target, since=window.since, until=window.until
+        )
+    except NotaryConflict as exc:  # the provider could not be listed: nothing was recorded
+        if self.request.retries < RECONCILE_RETRIES:
+            return self.retry(countdown=RECONCILE_RETRY_SECONDS, throw=False)
+        return {"error": exc.detail}
+    reconciliation.source_reconciled(source=source, window=window)
+    return {"listed": done.listed, "found": len(done.findings), "written": len(done.written)}
