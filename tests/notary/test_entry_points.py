@@ -61,6 +61,7 @@ def test_compose_celery_commands_name_the_project_app() -> None:
         "ledger.tasks.witness_latest_checkpoints",
         "notary.tasks.notify_overdue_reviews",
         "notary.tasks.send_stranded_review_notices",
+        "notary.tasks.reconcile_with_providers",
     }
     assert scheduled <= set(app.tasks)
 
