@@ -358,8 +358,8 @@ def test_the_command_prints_the_findings_and_totals(
         call_command(
             "reconcile", "--tenant", "acme", "--target", "stripe_refunds", "--since", "yesterday"
         )
+    register(acme, "other", tier=3)
     with pytest.raises(CommandError, match="no reconciliation source"):
-        register(acme, "other", tier=3)
         call_command("reconcile", "--tenant", "acme", "--target", "other")
 
 
