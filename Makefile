@@ -45,6 +45,7 @@ bench: $(BIN)/.installed
 # Regenerates experiments/results/*.md and *.json (a few minutes; PostgreSQL on 127.0.0.1).
 experiments: $(BIN)/.installed
 	$(BIN)/python experiments/run_experiments.py
+	$(BIN)/python -m experiments.approvals
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

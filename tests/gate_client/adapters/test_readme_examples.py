@@ -4,7 +4,6 @@ longer runs fails here."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,37 +15,20 @@ from testkit.notary_server import free_port
 from testkit.paths import REPO_ROOT
 from testkit.peers.localstripe import paid_intent, refunds_of, running_localstripe, stripe_client
 from testkit.peers.resend_server import running_resend
+from testkit.readme import examples, run, shell_examples
 from testkit.webhook_signing import new_secret
-
-EXAMPLE = re.compile(r"<!-- example: (\w+) -->\n```python\n(.*?)```", re.DOTALL)
-SHELL = re.compile(r"<!-- example-shell: (\w+) -->\n```sh\n(.*?)```", re.DOTALL)
-
-
-def examples() -> dict[str, str]:
-    return dict(EXAMPLE.findall((REPO_ROOT / "README.md").read_text()))
-
-
-def shell_examples() -> dict[str, str]:
-    return dict(SHELL.findall((REPO_ROOT / "README.md").read_text()))
-
-
-def run(code: str, work_dir: Path, env: dict[str, str]) -> list[str]:
-    script = work_dir / "example.py"
-    script.write_text(code)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=work_dir,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
 
 
 def test_every_adapter_has_an_example() -> None:
-    assert set(examples()) == {"agent", "stripe", "resend", "gated", "mcp", "temporal"}
+    assert set(examples()) == {
+        "agent",
+        "stripe",
+        "resend",
+        "gated",
+        "mcp",
+        "temporal",
+        "standing",
+    }
 
 
 @pytest.mark.slow
