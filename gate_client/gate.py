@@ -17,6 +17,7 @@ from gate_client.faults import CrashPoint, crash_point
 from gate_client.journal import (
     AttemptTaken,
     DispatchRequest,
+    EffectHeld,
     Journal,
     LeaseRefused,
     utc_now,
@@ -114,6 +115,8 @@ class Gate:
             except LeaseRefused as refused:
                 failure = {"reason": refused.reason, "detail": refused.detail}
                 return self._record(effect_id, refusal(failure, at_recovery=False))
+            except EffectHeld:
+                return self.receipt(effect_id)  # HELD: submit again once a person resolves it
             if started is not None:
                 history, dispatched = started
                 if dispatched is not None:
@@ -165,9 +168,24 @@ class Gate:
         recovering: bool = True,
         dispatched_here: bool = False,
     ) -> Receipt:
-        """Ask the protocol for the next step and take it, until it settles, sends, or says wait
-        longer than `patience`. Re-checks evaluate `premises`, by default the ones
+        """Ask the protocol for the next step and take it, until it settles, sends, is held, or
+        says wait longer than `patience`. Re-checks evaluate `premises`, by default the ones
         `premises_for` rebuilds from the PROPOSED body."""
+        try:
+            return self._steps(effect_id, history, premises, recovering, dispatched_here)
+        except EffectHeld:
+            # No verdict: the proposal stands, HELD, to be submitted again once a person has
+            # resolved the effect holding it.
+            return self.receipt(effect_id)
+
+    def _steps(
+        self,
+        effect_id: str,
+        history: list[Entry] | None,
+        premises: Sequence[Premise] | None,
+        recovering: bool,
+        dispatched_here: bool,
+    ) -> Receipt:
         answer: Answer | None = None
         recheck: Recheck | None = None
         history = self.journal.history(effect_id) if history is None else history

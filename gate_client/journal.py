@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from gate_client import holds
 from gate_client.budgets import (
     SpentFor,
     budget_statement,
@@ -66,6 +67,16 @@ class LeaseRefused(JournalError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
+        self.detail = detail
+
+
+class EffectHeld(JournalError):
+    """A new effect was not dispatched: another effect of its case waits for a person
+    (gate_client.holds). Its PROPOSED stands and its HELD entry names `held_by`."""
+
+    def __init__(self, held_by: str, detail: str) -> None:
+        super().__init__(detail)
+        self.held_by = held_by
         self.detail = detail
 
 
@@ -170,8 +181,9 @@ class Journal(Protocol):
     def dispatch(self, request: DispatchRequest) -> Entry:
         """Atomically check the lease and record DISPATCHED attempt `request.attempt`.
 
-        Raises LeaseRefused (nothing recorded) if the lease does not cover it now, and
-        AttemptTaken if attempt - 1 is not the last recorded attempt."""
+        Raises LeaseRefused (nothing recorded) if the lease does not cover it now,
+        AttemptTaken if attempt - 1 is not the last recorded attempt, and EffectHeld (HELD
+        recorded, once per hold) if a new effect of a case is held (gate_client.holds)."""
         ...
 
     def propose_and_dispatch(
@@ -179,7 +191,8 @@ class Journal(Protocol):
     ) -> tuple[list[Entry], Entry | None] | None:
         """propose(), then dispatch() of attempt 1 if the standing proposal is this one and
         nothing was dispatched or settled, as one atomic step: the effect's entries afterwards
-        and the DISPATCHED it recorded, if any. LeaseRefused leaves the PROPOSED recorded.
+        and the DISPATCHED it recorded, if any. LeaseRefused leaves the PROPOSED recorded,
+        EffectHeld the PROPOSED and its HELD.
 
         None from a journal that takes the two as separate steps; the gate then makes them."""
         ...
@@ -222,7 +235,10 @@ class LocalJournal:
     Every operation holds an exclusive flock while it reads what other processes appended and
     writes its own entry, so check-then-append (the lease check, the attempt compare-and-set) is
     atomic across processes. A line without its newline is a write that a crash cut short before
-    its fsync returned, so nobody acted on it: the next writer truncates it."""
+    its fsync returned, so nobody acted on it: the next writer truncates it.
+
+    `hold_scope` is which new effects an effect waiting for a person holds (gate_client.holds),
+    as a tenant of the notary chooses it."""
 
     def __init__(
         self,
@@ -230,10 +246,12 @@ class LocalJournal:
         *,
         origin: str = "gate.local/journal",
         clock: Callable[[], datetime] = utc_now,
+        hold_scope: holds.HoldScope = holds.DEFAULT_HOLD_SCOPE,
     ) -> None:
         self.path = Path(path)
         self.origin = origin
         self._clock = clock
+        self.hold_scope = hold_scope
         self._entries: list[Entry] = []
         self._offset = 0
         self._thread_lock = threading.Lock()
@@ -336,14 +354,36 @@ class LocalJournal:
             if request.attempt != current + 1 or standing(history).state is not None:
                 raise AttemptTaken(request.effect_id, request.attempt, current)
             now = self._clock()
+            state = lease_states(self._entries).get(request.lease_id)
+            refusal = request.lease_refusal(state, now=now)
+            if refusal is not None:
+                raise LeaseRefused(*refusal)
+            hold = self._hold(history, request)
+            if hold is not None:
+                if not holds.recorded(history, hold):
+                    self._append(EntryKind.HELD, request.effect_id, hold.body())
+                raise EffectHeld(hold.held_by, hold.detail)
             spends = spends_before(self._entries, lease_id=request.lease_id, seq=len(self._entries))
             body = request.checked_entry_body(
-                lease_states(self._entries).get(request.lease_id),
+                state,
                 now=now,
                 spender=LOCAL_SPENDER,
                 spent_for=lambda budget: spent_in(spends, budget, now=now, spender=LOCAL_SPENDER),
             )
             return self._append(EntryKind.DISPATCHED, request.effect_id, body, created_at=now)
+
+    def _hold(self, history: list[Entry], request: DispatchRequest) -> holds.Hold | None:
+        """The hold on this dispatch, if another effect of its case waits for a person."""
+        proposed = next((e for e in history if e.kind == EntryKind.PROPOSED), None)
+        if proposed is None:
+            return None  # nothing proposed to compare: no case, so no hold
+        return holds.hold_for(
+            self.hold_scope,
+            effect_id=request.effect_id,
+            proposed=proposed.body_value(),
+            attempt=request.attempt,
+            candidates=holds.histories(self._entries),
+        )
 
     # --- the file --------------------------------------------------------------------------
 

@@ -37,7 +37,13 @@ from typing import Any
 
 import httpx
 
-from gate_client.journal import AttemptTaken, DispatchRequest, JournalError, LeaseRefused
+from gate_client.journal import (
+    AttemptTaken,
+    DispatchRequest,
+    EffectHeld,
+    JournalError,
+    LeaseRefused,
+)
 from gate_client.leases import Lease, LeaseState
 from gate_client.protocol import Answer, Intent, Negative, TargetDeclaration
 from gate_client.proved import NotProved, check_inclusion, check_receipt, shown_entry
@@ -178,15 +184,20 @@ class NotaryJournal:
     ) -> tuple[list[Entry], Entry | None] | None:
         if not self._one_round_trip:
             return None
-        answer = self._call(
-            "POST",
-            "/v1/effects",
-            json={
-                "effect_id": effect_id,
-                "proposal": dict(body),
-                "dispatch": {"premises": [dict(p) for p in request.premises]},
-            },
-        )
+        try:
+            answer = self._call(
+                "POST",
+                "/v1/effects",
+                json={
+                    "effect_id": effect_id,
+                    "proposal": dict(body),
+                    "dispatch": {"premises": [dict(p) for p in request.premises]},
+                },
+            )
+        except NotaryError as error:
+            if error.status == 409 and error.code == "held":
+                raise _held(error) from error
+            raise
         refused = answer["dispatch_refused"]
         if refused is not None:
             raise LeaseRefused(refused["reason"], refused["detail"])
@@ -208,6 +219,8 @@ class NotaryJournal:
                 raise
             if refused.code == "lease_refused":
                 raise LeaseRefused(refused.body["reason"], refused.body["detail"]) from refused
+            if refused.code == "held":
+                raise _held(refused) from refused
             current = refused.body.get("current", -1)
             raise AttemptTaken(request.effect_id, request.attempt, current) from refused
         return _entry(answer)
@@ -445,6 +458,11 @@ def _answer(method: str, path: str, response: httpx.Response) -> Any:
         code=code,
         body=body if isinstance(body, dict) else None,
     )
+
+
+def _held(refused: NotaryError) -> EffectHeld:
+    """The notary's 409 `held`, as the journals say it."""
+    return EffectHeld(str(refused.body["held_by"]), str(refused.body["detail"]))
 
 
 def _entry(shown: Mapping[str, Any]) -> Entry:

@@ -27,6 +27,7 @@ Happened = bool | Literal["unknown"]
 
 class State(enum.StrEnum):
     PROPOSED = "PROPOSED"
+    HELD = "HELD"  # proposed, not dispatched: another effect of its case waits for a person
     DISPATCHED = "DISPATCHED"
     COMMITTED = "COMMITTED"
     COMMITTED_BY_RETRY = "COMMITTED_BY_RETRY"
@@ -87,8 +88,9 @@ class FinalState:
 
     @property
     def final(self) -> bool:
-        """A final verdict stands for good; AMBIGUOUS waits for evidence, the agent or a person."""
-        return self.state not in (State.PROPOSED, State.DISPATCHED, State.AMBIGUOUS)
+        """A final verdict stands for good; AMBIGUOUS waits for evidence, the agent or a person.
+        HELD is never a verdict: the held proposal is dispatched once the hold is released."""
+        return self.state not in (State.PROPOSED, State.HELD, State.DISPATCHED, State.AMBIGUOUS)
 
     @property
     def happened(self) -> Happened:
@@ -256,6 +258,19 @@ def _contradictions(
             )
         )
     return tuple(found)
+
+
+def queued_by(stood: Standing) -> int | None:
+    """The seq of the entry the effect waits for a person since: its first open
+    contradiction's, else its AMBIGUOUS verdict's; None when it waits for nobody. The review
+    queue lists these effects, and while one waits its case's new effects are held
+    (gate_client.holds)."""
+    contradicting = [seq for c in stood.contradictions for seq in c.seqs]
+    if contradicting:
+        return min(contradicting)
+    if stood.verdict is not None and stood.verdict.kind == EntryKind.AMBIGUOUS:
+        return stood.verdict.seq
+    return None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gate_client.budgets import BudgetStatement, statement_of
+from gate_client.holds import current_hold
 from gate_client.leases import lease_refusal, lease_states
 from gate_client.protocol import (
     COMMITTED_STATES,
@@ -46,13 +47,16 @@ class Receipt:
     # Under a budgeted lease: the budgets as they stood at the effect's first dispatch, as its
     # DISPATCHED entry states them (gate_client.budgets.BudgetStatement).
     budget: Mapping[str, Any] | None = None
+    # HELD: the effect whose wait for a person holds this one (gate_client.holds).
+    held_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON has it: sequences are lists; `budget` only when there is one, so a
-        receipt without it reads as it always did."""
+        """As JSON has it: sequences are lists; `budget` and `held_by` only when set, so a
+        receipt without them reads as it always did."""
         data = asdict(self)
-        if self.budget is None:
-            del data["budget"]
+        for optional in ("budget", "held_by"):
+            if data[optional] is None:
+                del data[optional]
         return {
             **data,
             "entry_seqs": list(self.entry_seqs),
@@ -121,7 +125,8 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
         stands = standing(relevant)
     except (ValueError, KeyError, TypeError) as exc:
         raise ReceiptError(f"{effect_id}: a verdict that settles nothing known: {exc!r}") from exc
-    state, happened, fired_attempt = _state(stands, dispatches, effect_id)
+    held = current_hold(relevant) if stands.state is None else None  # a verdict ends a hold
+    state, happened, fired_attempt = _state(stands, dispatches, effect_id, held is not None)
     fired = dispatches.get(fired_attempt) if fired_attempt is not None else None
     statement = statement_of(relevant)
     if happened is False:
@@ -147,16 +152,19 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
         contradicted=bool(contradictions),
         contradictions=contradictions,
         budget=statement.body() if statement is not None else None,
+        held_by=str(held.body_value()["held_by"]) if held is not None else None,
     )
 
 
 def _state(
-    stands: Standing, dispatches: Mapping[int, Entry], effect_id: str
+    stands: Standing, dispatches: Mapping[int, Entry], effect_id: str, held: bool
 ) -> tuple[str, Happened, int | None]:
     """(final state, happened, the attempt that fired or may have fired)."""
     last = max(dispatches, default=None)
     if stands.state is None or stands.verdict is None:
-        return ("DISPATCHED", "unknown", last) if last is not None else ("PROPOSED", False, None)
+        if last is not None:
+            return "DISPATCHED", "unknown", last
+        return str(State.HELD if held else State.PROPOSED), False, None
     state = stands.state
     if state.state in COMMITTED_STATES:
         attempt = stands.verdict.body_value()["attempt"]

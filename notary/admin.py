@@ -17,7 +17,18 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, ExpressionWrapper, F, FloatField, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.expressions import OrderBy
 from django.http import (
     Http404,
@@ -229,6 +240,7 @@ class EffectAdmin(ReadOnlyAdmin):
         "case_id",
         "target",
         "state",
+        "held",
         "tenant",
         "proposed_at",
     ]
@@ -241,8 +253,21 @@ class EffectAdmin(ReadOnlyAdmin):
     def amount(self, effect: Any) -> str:
         return money(effect.amount_minor, effect.currency)
 
+    @admin.display(description="held by")
+    def held(self, effect: Any) -> str:
+        """The effect holding a HELD one, linked to its page."""
+        if effect.holder_pk is None:
+            return str(effect.held_by)  # "" unless held (by an effect no longer projected)
+        url = reverse("admin:notary_effect_change", args=[effect.holder_pk])
+        return format_html('<a href="{}">{}</a>', url, effect.held_by)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        effects: QuerySet[Any] = super().get_queryset(request).annotate(amount_major=_AMOUNT_MAJOR)
+        holder = Effect.objects.filter(tenant=OuterRef("tenant"), effect_id=OuterRef("held_by"))
+        effects: QuerySet[Any] = (
+            super()
+            .get_queryset(request)
+            .annotate(amount_major=_AMOUNT_MAJOR, holder_pk=Subquery(holder.values("pk")[:1]))
+        )
         return effects
 
     def change_view(
@@ -287,6 +312,7 @@ class EffectAdmin(ReadOnlyAdmin):
             "overtaken": overtaken,
             "confirming": confirming,
             "decided": review.last_resolution if overtaken is not None else None,
+            "holder": selectors.effect_holder(effect=effect),
         }
         return TemplateResponse(request, "admin/notary/effect/review.html", context)
 
@@ -655,7 +681,7 @@ class LeaseRequestAdmin(LimitsInWords, ReadOnlyAdmin):
 class TenantPolicyForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Tenant
-        fields = ["max_lease_amount_cents", "max_lease_duration"]
+        fields = ["max_lease_amount_cents", "max_lease_duration", "hold_scope"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -672,7 +698,8 @@ class TenantPolicyForm(forms.ModelForm):  # type: ignore[type-arg]
 
 @admin.register(Tenant)
 class TenantAdmin(ReadOnlyAdmin):
-    """Tenants are created by `create_tenant`; here only their grant policy is changed."""
+    """Tenants are created by `create_tenant`; here only their policy is changed: what an
+    approver may grant, and which new effects a waiting one holds."""
 
     list_display = [
         "slug",
@@ -680,6 +707,7 @@ class TenantAdmin(ReadOnlyAdmin):
         "log",
         "max_lease_amount_cents",
         "max_lease_duration",
+        "hold_scope",
         "created_at",
     ]
     fields = [
@@ -688,9 +716,10 @@ class TenantAdmin(ReadOnlyAdmin):
         "log",
         "max_lease_amount_cents",
         "max_lease_duration",
+        "hold_scope",
         "created_at",
     ]
-    _POLICY = ("max_lease_amount_cents", "max_lease_duration")
+    _POLICY = ("max_lease_amount_cents", "max_lease_duration", "hold_scope")
     form = TenantPolicyForm
     actions = ["export_receipts", "receipts_summary"]
 
@@ -708,6 +737,7 @@ class TenantAdmin(ReadOnlyAdmin):
             tenant=obj,
             max_lease_amount_cents=obj.max_lease_amount_cents,
             max_lease_duration=obj.max_lease_duration,
+            hold_scope=obj.hold_scope,
         )
 
     @admin.action(description="Download the receipts export (for auditors)", permissions=["view"])

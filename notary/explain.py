@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from gate_client.holds import current_hold
 from gate_client.protocol import standing
 from gate_client.receipts import Receipt
 from ledger.core.entries import Entry, EntryKind
@@ -160,6 +161,20 @@ def _resolved_not_happened(case: _Case) -> str:
     return f"Decided by {case.body['by']}: it did not happen. Their reason: {case.body['reason']}"
 
 
+def _held(case: _Case) -> str:
+    """Which effect holds it, by the HELD entry that stands (gate_client.holds)."""
+    hold = current_hold(case.history)
+    body = hold.body_value() if hold is not None else {}
+    where = " on any target" if body.get("scope") == "case" else f" on {case.target}"
+    why = (
+        "its outcome is contradicted" if body.get("holder") == "contradicted" else "it is AMBIGUOUS"
+    )
+    return (
+        f"Held, not sent: another effect of the same case{where} ({body.get('held_by')}) waits "
+        f"for a person, because {why}. It is sent when submitted again after that one is resolved."
+    )
+
+
 def _dispatched(case: _Case) -> str:
     return f"In progress: sent to {case.target}, and the answer has not been recorded yet."
 
@@ -173,6 +188,7 @@ _SENTENCES: dict[str, Callable[[_Case], str]] = {
     "RESOLVED_HAPPENED": _resolved_happened,
     "RESOLVED_NOT_HAPPENED": _resolved_not_happened,
     "DISPATCHED": _dispatched,
+    "HELD": _held,
 }
 
 

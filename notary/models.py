@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from gate_client.holds import DEFAULT_HOLD_SCOPE, HoldScope
 from gate_client.leases import cases_in_words
 from gate_client.reconciliation import FindingKind
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
@@ -36,9 +37,21 @@ class Tenant(models.Model):
         default=DEFAULT_MAX_LEASE_DURATION,
         help_text="the longest a lease may run, from its grant to its expires_at",
     )
+    # Which new effects an effect waiting for a person holds undispatched (gate_client.holds).
+    hold_scope = models.CharField(
+        max_length=16,
+        choices=[(scope.value, scope.label) for scope in HoldScope],
+        default=DEFAULT_HOLD_SCOPE.value,
+        help_text="while an effect is AMBIGUOUS or contradicted, which new effects of its case "
+        "are held, not dispatched, until a person resolves it",
+    )
 
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=models.Q(hold_scope__in=[scope.value for scope in HoldScope]),
+                name="tenant_hold_scope_valid",
+            ),
             models.CheckConstraint(
                 condition=models.Q(max_lease_amount_cents__gt=0),
                 name="tenant_max_lease_amount_positive",
@@ -263,6 +276,8 @@ class Effect(models.Model):
     spent_at = models.DateTimeField(null=True, blank=True)
     spent_amount = models.BigIntegerField(null=True, blank=True)
     spent_by = models.CharField(max_length=16, blank=True)
+    # HELD: the effect of its case whose wait for a person holds it (gate_client.holds).
+    held_by = models.CharField(max_length=MAX_EFFECT_ID_LENGTH, blank=True)
 
     class Meta:
         constraints = [
@@ -276,6 +291,8 @@ class Effect(models.Model):
                 name="effect_budget_spends",
                 condition=models.Q(spent_at__isnull=False),
             ),
+            # The holds: a case's effects, on a target (gate_client.holds.scope_fields).
+            models.Index(fields=["tenant", "case_id", "target"], name="effect_case"),
         ]
         permissions = [("resolve_effect", "Can resolve an AMBIGUOUS effect (writes RESOLVED)")]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gate_client.budgets import spend_of
 from gate_client.money import payload_money
-from gate_client.protocol import Standing, entry_state, last_attempt, standing
+from gate_client.protocol import Standing, entry_state, last_attempt, queued_by, standing
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
 
@@ -52,6 +52,7 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
         "spent_at": spend.at if spend is not None else None,
         "spent_amount": spend.amount if spend is not None else None,
         "spent_by": spend.spender if spend is not None else "",
+        "held_by": receipt.held_by or "",
     }
 
 
@@ -59,14 +60,3 @@ def _queued_at(history: Sequence[Entry], stood: Standing) -> datetime | None:
     """When the effect began waiting for a person; a review's age counts from here."""
     seq = queued_by(stood)
     return None if seq is None else next(e.created_at for e in history if e.seq == seq)
-
-
-def queued_by(stood: Standing) -> int | None:
-    """The seq of the entry the effect waits for a person since: its first open
-    contradiction's, else its AMBIGUOUS verdict's; None when it waits for nobody."""
-    contradicting = [seq for c in stood.contradictions for seq in c.seqs]
-    if contradicting:
-        return min(contradicting)
-    if stood.verdict is not None and stood.verdict.kind == EntryKind.AMBIGUOUS:
-        return stood.verdict.seq
-    return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +26,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from gate_client.budgets import Budget, BudgetPer, Spent, window_start
-from gate_client.protocol import Intent, Negative, evidence_answer, standing
+from gate_client.holds import HoldScope, scope_fields
+from gate_client.protocol import Intent, Negative, evidence_answer, queued_by, standing
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.reconciliation import AdmittedEffect, Window
 from gate_client.summary import Summary
@@ -59,7 +60,7 @@ from notary.models import (
     Target,
     Tenant,
 )
-from notary.projection import effect_fields, queued_by
+from notary.projection import effect_fields
 from notary.tokens import TOKEN_PREFIX, secret_digest
 
 
@@ -279,6 +280,33 @@ def unsettled_effects(*, tenant: Tenant, limit: int) -> list[Effect]:
     """Effects proposed or dispatched with no verdict yet, oldest first: what recovery settles."""
     rows = Effect.objects.filter(tenant=tenant, settled_at__isnull=True).order_by("proposed_seq")
     return list(rows[:limit])
+
+
+def holding_candidates(
+    *, tenant: Tenant, scope: HoldScope, proposed: Mapping[str, Any], effect_id: str
+) -> Iterator[list[LedgerEntry]]:
+    """The entries of each of the tenant's effects, oldest first, that wait for a person and
+    share with `proposed` the fields by which they hold it under `scope`
+    (gate_client.holds.scope_fields): the candidates holds.hold_for decides on, read one at a
+    time as it asks. Read under the log lock, the projection is the ledger's."""
+    fields = scope_fields(scope, proposed)
+    if fields is None:
+        return
+    waiting = (
+        Effect.objects.filter(WAITING_FOR_A_PERSON, tenant=tenant, **fields)
+        .exclude(effect_id=effect_id)
+        .order_by("proposed_seq")
+        .values_list("effect_id", flat=True)
+    )
+    for holder in waiting:
+        yield effect_entries(log=tenant.log, effect_id=holder)
+
+
+def effect_holder(*, effect: Effect) -> Effect | None:
+    """The effect holding a HELD one (of its tenant), for its page's link."""
+    if not effect.held_by:
+        return None
+    return Effect.objects.filter(tenant_id=effect.tenant_id, effect_id=effect.held_by).first()
 
 
 def effects_due_for_sweep(*, now: datetime) -> list[tuple[int, str]]:

@@ -652,3 +652,6 @@ class ConflictOutput(ErrorOutput):
     lease_id = serializers.CharField(
         required=False, help_text="already_granted: the lease the request was granted as"
     )
+    held_by = serializers.CharField(
+        required=False, help_text="held: the effect waiting for a person that holds this one"
+    )

@@ -20,11 +20,13 @@ from django.core.validators import URLValidator, validate_email
 from django.db import transaction
 from django.utils import timezone
 
+from gate_client import holds
 from gate_client.budgets import (
     Budget,
     budget_problem,
     parse_budgets,
 )
+from gate_client.holds import DEFAULT_HOLD_SCOPE, Hold, HoldScope, hold_for
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
 from gate_client.journal import DispatchRequest, LeaseRefused
@@ -48,6 +50,7 @@ from gate_client.protocol import (
     evidence_answer,
     intent_refusal,
     last_attempt,
+    queued_by,
     settle_on_evidence,
     silence_broken,
     standing,
@@ -85,8 +88,8 @@ from notary.models import (
     Tier,
     waits_for_a_person,
 )
-from notary.projection import effect_fields, queued_by
-from notary.selectors import budget_spent
+from notary.projection import effect_fields
+from notary.selectors import budget_spent, holding_candidates
 from notary.tokens import TOKEN_PREFIX, secret_digest
 
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -101,12 +104,14 @@ def tenant_create(
     name: str,
     max_lease_amount_cents: int = DEFAULT_MAX_LEASE_AMOUNT_CENTS,
     max_lease_duration: timedelta = DEFAULT_MAX_LEASE_DURATION,
+    hold_scope: str = DEFAULT_HOLD_SCOPE,
 ) -> Tenant:
     if not _SLUG.fullmatch(slug):
         raise NotaryInputError(f"slug {slug!r}: 1-63 of a-z, 0-9 and '-', not at either end")
     grant_policy_check(
         max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
     )
+    scope = hold_scope_check(hold_scope)
     if Tenant.objects.filter(slug=slug).exists():
         raise NotaryInputError(f"tenant {slug!r} exists already")
     log = ensure_log(origin=f"{settings.NOTARY_ORIGIN}/{slug}")
@@ -116,22 +121,41 @@ def tenant_create(
         log=log,
         max_lease_amount_cents=max_lease_amount_cents,
         max_lease_duration=max_lease_duration,
+        hold_scope=scope,
     )
 
 
 @transaction.atomic  # not durable: the admin saves inside its own transaction
 def tenant_policy_set(
-    *, tenant: Tenant, max_lease_amount_cents: int, max_lease_duration: timedelta
+    *,
+    tenant: Tenant,
+    max_lease_amount_cents: int,
+    max_lease_duration: timedelta,
+    hold_scope: str | None = None,
 ) -> Tenant:
-    """Change what the tenant's approvers may grant; leases granted before stand as granted."""
+    """Change what the tenant's approvers may grant; leases granted before stand as granted.
+    `hold_scope` (None: as it is) is which new effects a waiting one holds from the next
+    dispatch on (gate_client.holds); a HELD entry written before stays in the ledger."""
     grant_policy_check(
         max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
     )
+    scoped = {} if hold_scope is None else {"hold_scope": hold_scope_check(hold_scope)}
     Tenant.objects.filter(pk=tenant.pk).update(
-        max_lease_amount_cents=max_lease_amount_cents, max_lease_duration=max_lease_duration
+        max_lease_amount_cents=max_lease_amount_cents,
+        max_lease_duration=max_lease_duration,
+        **scoped,
     )
     tenant.refresh_from_db()
     return tenant
+
+
+def hold_scope_check(hold_scope: str) -> HoldScope:
+    """A hold scope by its name (gate_client.holds.HoldScope); writes nothing."""
+    try:
+        return HoldScope(hold_scope)
+    except ValueError:
+        names = ", ".join(scope.value for scope in HoldScope)
+        raise NotaryInputError(f"hold_scope {hold_scope!r}: one of {names}") from None
 
 
 def grant_policy_check(*, max_lease_amount_cents: int, max_lease_duration: timedelta) -> None:
@@ -700,7 +724,6 @@ class Proposed:
     refusal: NotaryConflict | None = None  # why the lease refused that dispatch
 
 
-@transaction.atomic(durable=True)
 def effect_propose(
     *,
     tenant: Tenant,
@@ -715,7 +738,30 @@ def effect_propose(
     With `dispatch_premises` (all holding), this is also the dispatch of attempt 1, in the same
     transaction, when the standing proposal is this one and nothing was dispatched or settled
     yet: the common path's one round trip before the call. A lease that does not cover it is
-    reported in `refusal`, with the PROPOSED kept and nothing dispatched."""
+    reported in `refusal`, with the PROPOSED kept and nothing dispatched. A held one
+    (gate_client.holds) keeps the PROPOSED and its HELD, dispatches nothing, and is refused
+    NotaryConflict held once they are committed."""
+    proposed, hold = _propose(
+        tenant=tenant,
+        effect_id=effect_id,
+        proposal=proposal,
+        dispatch_premises=dispatch_premises,
+        dispatcher=dispatcher,
+    )
+    if hold is not None:
+        raise _held(hold)
+    return proposed
+
+
+@transaction.atomic(durable=True)
+def _propose(
+    *,
+    tenant: Tenant,
+    effect_id: str,
+    proposal: Mapping[str, Any],
+    dispatch_premises: Sequence[Mapping[str, Any]] | None,
+    dispatcher: ApiKey | None,
+) -> tuple[Proposed, Hold | None]:
     _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
     if dispatch_premises is not None:
         _check_holding(dispatch_premises)
@@ -724,7 +770,7 @@ def effect_propose(
     created = not any(e.kind == EntryKind.PROPOSED for e in history)
     standing_proposal = proposal if created else _proposed_body(history)
     items = [NewEntry(EntryKind.PROPOSED, dict(proposal), effect_id)] if created else []
-    refusal = None
+    refusal, hold = None, None
     if (
         dispatch_premises is not None
         and standing_proposal["payload_hash"] == proposal["payload_hash"]
@@ -732,30 +778,26 @@ def effect_propose(
         and last_attempt(history) == 0
     ):
         try:
-            items.append(
-                _checked_dispatch(
-                    tenant,
-                    effect_id,
-                    standing_proposal,
-                    1,
-                    dispatch_premises,
-                    False,
-                    now,
-                    dispatcher,
-                )
+            checked = _checked_dispatch(
+                tenant, effect_id, standing_proposal, 1, dispatch_premises, False, now, dispatcher
             )
         except NotaryConflict as refused:
             refusal = refused
+        else:
+            if isinstance(checked, Hold):
+                hold = checked
+                items += _held_entry(effect_id, history, hold)
+            else:
+                items.append(checked)
     if not items:
-        return Proposed(history, created, refusal=refusal)
+        return Proposed(history, created, refusal=refusal), hold
     rows = append_entries(log=tenant.log, items=items, created_at=now)
     appended = [row.as_ledger_entry() for row in rows]
     _project_effect(tenant=tenant, history=history + appended, created=created)
     dispatched = next((e for e in appended if e.kind == EntryKind.DISPATCHED), None)
-    return Proposed(history + appended, created, dispatched, refusal)
+    return Proposed(history + appended, created, dispatched, refusal), hold
 
 
-@transaction.atomic(durable=True)
 def effect_dispatch(
     *,
     tenant: Tenant,
@@ -768,7 +810,32 @@ def effect_dispatch(
     """Check the lease and record DISPATCHED attempt `attempt`, in one transaction under the log
     lock and stamped with the instant of the check, so ledger order alone shows whether the
     lease was live when the effect fired. Scope comes from the PROPOSED entry, not the caller;
-    the agent key dispatching (`dispatcher`, every API call's) must be the requester's."""
+    the agent key dispatching (`dispatcher`, every API call's) must be the requester's. A new
+    effect held (gate_client.holds) records HELD instead, once per hold, and is refused
+    NotaryConflict held once that is committed."""
+    dispatched = _dispatch(
+        tenant=tenant,
+        effect_id=effect_id,
+        attempt=attempt,
+        premises=premises,
+        recovery=recovery,
+        dispatcher=dispatcher,
+    )
+    if isinstance(dispatched, Hold):
+        raise _held(dispatched)
+    return dispatched
+
+
+@transaction.atomic(durable=True)
+def _dispatch(
+    *,
+    tenant: Tenant,
+    effect_id: str,
+    attempt: int,
+    premises: Sequence[Mapping[str, Any]],
+    recovery: bool,
+    dispatcher: ApiKey | None,
+) -> LedgerEntry | Hold:
     _check_holding(premises)
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
@@ -780,10 +847,16 @@ def effect_dispatch(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
         )
     proposed = _proposed_body(history)
-    item = _checked_dispatch(
+    checked = _checked_dispatch(
         tenant, effect_id, proposed, attempt, premises, recovery, now, dispatcher
     )
-    [row] = append_entries(log=tenant.log, items=[item], created_at=now)
+    if isinstance(checked, Hold):
+        held = _held_entry(effect_id, history, checked)
+        if held:  # else recorded so before
+            [row] = append_entries(log=tenant.log, items=held, created_at=now)
+            _project_effect(tenant=tenant, history=[*history, row.as_ledger_entry()])
+        return checked
+    [row] = append_entries(log=tenant.log, items=[checked], created_at=now)
     entry = row.as_ledger_entry()
     _project_effect(tenant=tenant, history=[*history, entry])
     return entry
@@ -798,18 +871,32 @@ def _checked_dispatch(
     recovery: bool,
     now: datetime,
     dispatcher: ApiKey | None,
-) -> NewEntry:
+) -> NewEntry | Hold:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
     log lock and stamps the entry with `now`) and `dispatcher` holds it; else NotaryConflict
-    lease_refused. A first dispatch under a budgeted lease spends, by the dispatching key."""
+    lease_refused; or the hold on it, if another effect of its case waits for a person
+    (gate_client.holds, by the tenant's hold_scope as stored now). A first dispatch under a
+    budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
     lease = Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"]).first()
     state = _lease_state(lease)
+    refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
+    if refusal is not None:
+        raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
+    scope = HoldScope(Tenant.objects.values_list("hold_scope", flat=True).get(pk=tenant.pk))
+    hold = hold_for(
+        scope,
+        effect_id=effect_id,
+        proposed=proposed,
+        attempt=attempt,
+        candidates=holding_candidates(
+            tenant=tenant, scope=scope, proposed=proposed, effect_id=effect_id
+        ),
+    )
+    if hold is not None:
+        return hold
     spender = dispatcher.key_id if dispatcher is not None else ""
     try:
-        refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
-        if refusal is not None:
-            raise LeaseRefused(*refusal)
         body = request.checked_entry_body(
             state,
             now=now,
@@ -821,6 +908,18 @@ def _checked_dispatch(
     except LeaseRefused as refused:
         raise NotaryConflict("lease_refused", refused.detail, reason=refused.reason) from None
     return NewEntry(kind=EntryKind.DISPATCHED, body=body, effect_id=effect_id)
+
+
+def _held_entry(effect_id: str, history: Sequence[LedgerEntry], hold: Hold) -> list[NewEntry]:
+    """The HELD entry, unless the effect records this hold already (a looping agent)."""
+    if holds.recorded(history, hold):
+        return []
+    return [NewEntry(EntryKind.HELD, hold.body(), effect_id)]
+
+
+def _held(hold: Hold) -> NotaryConflict:
+    """The 409 of a held dispatch: its HELD is recorded (committed), nothing is dispatched."""
+    return NotaryConflict("held", hold.detail, held_by=hold.held_by)
 
 
 @transaction.atomic(durable=True)

@@ -16,6 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gate_client.budgets import Budget, BudgetPer, Spent
+from gate_client.holds import Hold, HoldScope
+from gate_client.ids import effect_id_for
 from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import LeaseState
 from ledger.api.schema import error_responses, input_refusal, refusal
@@ -215,6 +217,19 @@ PROPOSE_REFUSALS = [
 EFFECT_NOT_FOUND = refusal(
     NotaryNotFound(f"no effect {REFUND.effect_id!r}"), "no such effect for this tenant"
 )
+_HOLDER = Hold(
+    held_by=effect_id_for(REFUND.case_id, REFUND.target, "email", tenant=EXAMPLE_TENANT),
+    since_seq=41,
+    scope=HoldScope.CASE_TARGET,
+    contradicted=False,
+)
+HELD = refusal(
+    NotaryConflict("held", _HOLDER.detail, held_by=_HOLDER.held_by),
+    "attempt 1 is held: an effect of the same case (on the same target, or any by the "
+    "tenant's hold_scope) is AMBIGUOUS or contradicted and waits for a person, named in "
+    "`held_by`. The PROPOSED and a HELD entry are recorded (HELD once per hold), nothing is "
+    "dispatched, and no verdict is written: submit again once a person resolved `held_by`",
+)
 
 
 NOTHING_SPENT = Spent()
@@ -262,6 +277,7 @@ DISPATCH_REFUSALS = [
         NotaryConflict("already_settled", f"{REFUND.effect_id} has a verdict", current=1),
         "the effect has a verdict: nothing more is dispatched; `current` is the last attempt",
     ),
+    HELD,
     _lease_refused(
         FIRST_DISPATCH,
         LeaseState(REFUND_TERMS, EXAMPLE_AT + timedelta(minutes=10), EXAMPLE_APPROVER),
@@ -643,12 +659,13 @@ class EffectProposeView(APIView):
         "the standing proposal is this one and nothing was dispatched: the gate's one round "
         "trip before it calls the target. A lease that does not cover that dispatch is no "
         "error: the PROPOSED stands, nothing is dispatched and `dispatch_refused` says why "
-        "(`reason` lease_expired, lease_revoked, lease_scope or lease_budget).",
+        "(`reason` lease_expired, lease_revoked, lease_scope or lease_budget). A held one is "
+        "a 409 `held`: the PROPOSED stands with a HELD entry naming the effect that holds it.",
         request=EffectProposeInput,
         responses={
             200: ProposeOutput,
             201: ProposeOutput,
-            **error_responses(*PROPOSE_REFUSALS),
+            **error_responses(*PROPOSE_REFUSALS, HELD, schemas=CONFLICT_SCHEMAS),
         },
         examples=[
             request_example(
@@ -793,7 +810,9 @@ class EffectDispatchView(APIView):
         "by the caller's holder: the ledger's order alone then shows whether the lease was "
         "live when the effect fired. Call it right before sending to the target; attempt "
         "n + 1 after n is a recovery's resend (`recovery: true`). The gate never retries it: "
-        "after a lost answer, recovery settles the effect.",
+        "after a lost answer, recovery settles the effect. Attempt 1 of an effect whose case "
+        "has another effect waiting for a person is held (409 `held`, a HELD entry, no "
+        "verdict); a resend is never held.",
         request=EffectDispatchInput,
         responses={
             201: EntryOutput,

@@ -43,6 +43,7 @@ class EntryKind(enum.StrEnum):
     # A reconciliation finding: what a target's provider showed against the admitted effects
     # (gate_client.reconciliation). Evidence for a person, never a verdict.
     RECONCILED = "RECONCILED"
+    HELD = "HELD"  # a new effect not dispatched while another of its case waits: no verdict
 
 
 class EntryError(ValueError):

@@ -533,7 +533,7 @@ def test_a_state_no_receipt_can_have_is_refused_and_nothing_changes(
     assert detail.startswith(f"state {state!r} is no receipt's final state")
     assert (f"({hint})" in detail) if hint else ("did you mean" not in detail)
     for named in (
-        "PROPOSED, DISPATCHED, COMMITTED, COMMITTED_BY_RETRY",
+        "PROPOSED, HELD, DISPATCHED, COMMITTED, COMMITTED_BY_RETRY",
         "FAILED:<code>, REFUSED:<reason>[_at_recovery], AMBIGUOUS, RESOLVED_HAPPENED",
         "lease_expired, lease_revoked",
         "or a prefix ending in *, e.g. COMMITTED*",

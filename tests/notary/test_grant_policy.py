@@ -138,11 +138,13 @@ def test_the_admin_edits_the_policy_and_refuses_a_bad_one(
     assert 'name="slug"' not in shown.content.decode()  # the rest is read only
 
     changed = admin_client.post(
-        page, {"max_lease_amount_cents": "9000", "max_lease_duration": "2:00:00"}
+        page,
+        {"max_lease_amount_cents": "9000", "max_lease_duration": "2:00:00", "hold_scope": "case"},
     )
     assert changed.status_code == 302
     shop.refresh_from_db()
     assert (shop.max_lease_amount_cents, shop.max_lease_duration) == (9000, timedelta(hours=2))
+    assert shop.hold_scope == "case"
 
     refused = admin_client.post(page, {"max_lease_amount_cents": "0", "max_lease_duration": "1"})
     assert refused.status_code == 200

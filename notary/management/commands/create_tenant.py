@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from gate_client.holds import DEFAULT_HOLD_SCOPE, HoldScope
 from notary import services
 from notary.errors import NotaryInputError
 from notary.models import DEFAULT_MAX_LEASE_AMOUNT_CENTS, DEFAULT_MAX_LEASE_DURATION
@@ -31,6 +32,13 @@ class Command(BaseCommand):
             default=DEFAULT_MAX_LEASE_DURATION.total_seconds(),
             help="the longest a lease may run from its grant, in seconds",
         )
+        parser.add_argument(
+            "--hold-scope",
+            choices=[scope.value for scope in HoldScope],
+            default=DEFAULT_HOLD_SCOPE.value,
+            help="while an effect is AMBIGUOUS or contradicted, hold the new effects of its case "
+            "on the same target (case_target, the default), on any target (case), or none (off)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         seconds = options["max_lease_seconds"]
@@ -42,6 +50,7 @@ class Command(BaseCommand):
                 name=options["name"],
                 max_lease_amount_cents=options["max_lease_amount_cents"],
                 max_lease_duration=timedelta(seconds=seconds),
+                hold_scope=options["hold_scope"],
             )
         except NotaryInputError as exc:
             raise CommandError(str(exc)) from exc
