@@ -62,7 +62,7 @@ def run(spec: dict[str, Any]) -> None:
                     "action": job["action"],
                     "effect_id": proposal.effect_id,
                     "final_state": receipt.final_state,
-                    "held_by": getattr(receipt, "held_by", None),
+                    "held_by": receipt.held_by,
                 }
             ),
             flush=True,
