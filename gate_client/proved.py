@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate_client.mandates import MandateError, check_evidence
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from ledger.core.checkpoint import Checkpoint, CheckpointError, open_checkpoint, parse_tlog_proof
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
-from ledger.core.entries import Entry, EntryError, entry_from_leaf
+from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
 from ledger.core.merkle import ProofError, leaf_hash, verify_inclusion
 from ledger.core.note import Verifier
 
@@ -90,6 +91,12 @@ def check_receipt(
         raise NotProved(f"the receipt does not derive from its entries: {exc}") from exc
     if receipt.to_dict() != fields:
         raise NotProved(f"receipt {effect_id}: the fields shown differ from its entries")
+    for entry in entries:
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            try:
+                check_evidence(entry.body_value(), granted_at=entry.created_at)
+            except MandateError as exc:
+                raise NotProved(f"lease entry {entry.seq}: its mandate: {exc.detail}") from exc
     return receipt
 
 

@@ -49,12 +49,15 @@ class Receipt:
     budget: Mapping[str, Any] | None = None
     # HELD: the effect whose wait for a person holds this one (gate_client.holds).
     held_by: str | None = None
+    # The AP2 mandate the lease was granted from (gate_client.mandates: the token as received
+    # and the keys that verified it), as its LEASE_GRANTED records it; None: no mandate.
+    mandate: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """As JSON has it: sequences are lists; `budget` and `held_by` only when set, so a
-        receipt without them reads as it always did."""
+        """As JSON has it: sequences are lists; `budget`, `held_by` and `mandate` only when
+        set, so a receipt without them reads as it always did."""
         data = asdict(self)
-        for optional in ("budget", "held_by"):
+        for optional in ("budget", "held_by", "mandate"):
             if data[optional] is None:
                 del data[optional]
         return {
@@ -101,6 +104,7 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
     summary = {
         key: proposed[key] for key in ("case_id", "target", "action", "lease_id", "payload_hash")
     }
+    mandate = _lease_mandate(journal, proposed["lease_id"])
     if payload_hash is not None and payload_hash != proposed["payload_hash"]:
         refusal = payload_change_for(history, payload_hash)
         if refusal is None:
@@ -117,6 +121,7 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
             entry_seqs=(proposed_entry.seq, refusal.seq),
             contradicted=False,
             contradictions=(),
+            mandate=mandate,
         )
 
     relevant = [e for e in history if not is_payload_change(e)]
@@ -153,6 +158,7 @@ def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) 
         contradictions=contradictions,
         budget=statement.body() if statement is not None else None,
         held_by=str(held.body_value()["held_by"]) if held is not None else None,
+        mandate=mandate,
     )
 
 
@@ -175,6 +181,17 @@ def _state(
         return str(state), True, attempt
     happened = state.happened
     return str(state), happened, None if happened is False else last
+
+
+def _lease_mandate(journal: Sequence[Entry], lease_id: str) -> Mapping[str, Any] | None:
+    """The mandate the lease's LEASE_GRANTED carries as its evidence, if it does."""
+    for entry in journal:
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            body = entry.body_value()
+            if body["lease_id"] == lease_id:
+                mandate: Mapping[str, Any] | None = body.get("mandate")
+                return mandate
+    return None
 
 
 def _lease_was_live(

@@ -52,6 +52,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from gate_client.budgets import budget_problems
+from gate_client.mandates import MandateError, check_evidence
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
 from gate_client.summary import Summary
@@ -472,6 +473,8 @@ class _Walk:
     def _home(self, entry: Entry, where: str) -> None:
         if self.seen[entry.seq]:
             raise Failure("completeness", where, f"entry {entry.seq} appears twice")
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            _check_mandate(entry, where)
         self.seen[entry.seq] = 1
         self.proved += 1
         if entry.effect_id in self.spending:
@@ -499,6 +502,18 @@ class _Walk:
                 raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
             return
         self.copies[entry.seq] = entry.entry_hash
+
+
+def _check_mandate(entry: Entry, where: str) -> None:
+    """A lease granted from an AP2 mandate: the mandate's signatures verify again, offline,
+    with the keys the entry records, as at the grant, and the lease is within it. Whether those
+    keys are the signers' is the auditor's to judge by their ids (RFC 7638 thumbprints)."""
+    try:
+        check_evidence(entry.body_value(), granted_at=entry.created_at)
+    except MandateError as exc:
+        raise Failure(
+            "integrity", where, f"lease entry {entry.seq}: its mandate: {exc.code}: {exc.detail}"
+        ) from exc
 
 
 @dataclass(frozen=True)

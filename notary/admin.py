@@ -40,10 +40,12 @@ from django.http import (
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from gate_client.leases import cases_in_words
+from gate_client.mandates import mandate_in_words
 from ledger.admin import ReadOnlyAdmin
 from notary import selectors, services
 from notary.errors import NotaryConflict, NotaryInputError
@@ -54,6 +56,7 @@ from notary.models import (
     Effect,
     Lease,
     LeaseRequest,
+    MandateKey,
     ReconciliationFinding,
     ReconciliationSource,
     ReviewNotice,
@@ -577,6 +580,7 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
         "requested_by",
         "granted_by",
         "granted_seq",
+        "mandate",
         "revoked_at",
         "revoked_by",
         "revoked_seq",
@@ -595,6 +599,15 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
             + (f" (most by one key: {spender})" if spender else "")
             for spent, spender in selectors.lease_budgets_now(lease=obj, now=timezone.now())
         )
+
+    @admin.display(description="mandate")
+    def mandate(self, obj: Lease) -> str:
+        """Who signed the AP2 mandate the lease was granted from, and its constraints."""
+        evidence = selectors.lease_mandate(lease=obj)
+        if evidence is None:
+            return "-"
+        lines = ((line,) for line in mandate_in_words(evidence))
+        return format_html_join(mark_safe("<br>"), "{}", lines)
 
     @admin.display(description="revoked", ordering="revoked_at")
     def revoked(self, obj: Lease) -> str:
@@ -888,6 +901,16 @@ class ApiKeyAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and request.user.has_perm("notary.change_apikey")
+
+
+@admin.register(MandateKey)
+class MandateKeyAdmin(ReadOnlyAdmin):
+    """The keys whose AP2 mandates each tenant trusts (manage.py trust_mandate_key)."""
+
+    list_display = ["key_id", "role", "holder", "tenant", "created_at", "revoked_at"]
+    list_filter = ["tenant", "role"]
+    search_fields = ["key_id", "holder"]
+    fields = ["tenant", "key_id", "role", "holder", "jwk", "created_at", "revoked_at"]
 
 
 @admin.register(ReviewNotice)

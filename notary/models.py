@@ -488,3 +488,33 @@ class ReconciliationFinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.target}: {self.kind} {self.subject}"
+
+
+class MandateKeyRole(models.TextChoices):
+    USER = "user"  # signs mandates: a user's key, or their agent provider's trusted surface's
+    MERCHANT = "merchant"  # signs the checkout JWTs that closed Checkout Mandates approve
+
+
+class MandateKey(models.Model):
+    """A public key whose AP2 mandates the tenant accepts as the evidence of a lease. Its id is
+    the key's RFC 7638 thumbprint: a mandate's signer is the key that verifies it, never a name
+    the mandate gives itself. Revoked, it verifies no new grant; leases granted stand."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="mandate_keys")
+    key_id = models.CharField(max_length=64)
+    role = models.CharField(max_length=16, choices=MandateKeyRole.choices)
+    holder = models.CharField(max_length=200)
+    jwk = models.JSONField()  # the public JWK, as gate_client.mandates.trusted_key keeps it
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key_id"], name="mandatekey_once"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=MandateKeyRole.values), name="mandatekey_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.holder} ({self.role} key {self.key_id})"

@@ -38,6 +38,7 @@ from ledger.models import Log
 from ledger.selectors import (
     effect_entries,
     entries_at,
+    get_entry,
     iter_effect_histories,
     published_checkpoint,
     tlog_proof,
@@ -123,6 +124,13 @@ def lease_entries(*, tenant: Tenant, lease_id: str) -> list[LedgerEntry]:
     lease = Lease.objects.filter(tenant=tenant, lease_id=lease_id).first()
     seqs = [] if lease is None else [lease.granted_seq, lease.revoked_seq]
     return entries_at(log=tenant.log, seqs=[s for s in seqs if s is not None])
+
+
+def lease_mandate(*, lease: Lease) -> dict[str, Any] | None:
+    """The AP2 mandate the lease was granted from, as its LEASE_GRANTED records it."""
+    body = get_entry(log=lease.tenant.log, seq=lease.granted_seq).body_value()
+    mandate: dict[str, Any] | None = body.get("mandate")
+    return mandate
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gate_client.budgets import MAX_WINDOW_SECONDS, BudgetPer
+from gate_client.mandates import MAX_TOKEN
+from gate_client.money import AMOUNT_FIELDS
 from gate_client.protocol import AGENT_VERDICT_KINDS, COMMITTED_STATES
 from ledger.api.schema import ErrorOutput
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
@@ -219,6 +221,32 @@ class LeaseGrantInput(serializers.Serializer):  # type: ignore[type-arg]
         if missing:
             raise serializers.ValidationError({name: "This field is required." for name in missing})
         return data
+
+
+class LeaseFromMandateInput(serializers.Serializer):  # type: ignore[type-arg]
+    """An AP2 mandate and what it does not say: the action, the cases and the agent."""
+
+    mandate = StrictCharField(
+        max_length=MAX_TOKEN,
+        trim_whitespace=False,
+        help_text="the AP2 v0.2 mandate as its signer issued it: an SD-JWT (compact, ending "
+        "in '~') delegating an open Payment Mandate or a closed Checkout Mandate",
+    )
+    case_id = text(MAX_CASE_ID, required=False)
+    case_class = text(MAX_CASE_ID, required=False, help_text=CASE_CLASS_HELP)
+    case_pattern = text(MAX_CASE_ID, required=False, help_text=CASE_PATTERN_HELP)
+    action = text(MAX_ACTION)
+    requested_by = StrictCharField(
+        max_length=200, help_text="the holder of an agent key of this tenant"
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, help_text="end the lease before the mandate ends (required if it never)"
+    )
+    amount_field = serializers.ChoiceField(
+        choices=list(AMOUNT_FIELDS),
+        required=False,
+        help_text="the payload field the mandate's amount range bounds (default amount)",
+    )
 
 
 class LeaseRequestOutput(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -557,7 +557,7 @@ def _grant(
     approver: ApiKey,
     terms: _LeaseTerms,
     requester: str,
-    provenance: Mapping[str, str] | None = None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> Lease:
     if same_holder(requester, approver.holder):
         raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")

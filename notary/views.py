@@ -26,6 +26,7 @@ from notary import selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
 from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
 from notary.exports import ExportDamaged, check_state_filter, export_receipts
+from notary.mandates import lease_grant_from_mandate
 from notary.models import DEFAULT_MAX_LEASE_AMOUNT_CENTS, DEFAULT_MAX_LEASE_DURATION, Role
 from notary.schema import (
     ATTEST_BEFORE,
@@ -78,6 +79,7 @@ from notary.serializers import (
     EntryOutput,
     EvidenceOutput,
     ExportQueryInput,
+    LeaseFromMandateInput,
     LeaseGrantInput,
     LeaseOutput,
     LeaseRequestInput,
@@ -156,6 +158,40 @@ GRANT_REFUSALS = [
         ),
         "the request was granted already; `lease_id` names the lease",
     ),
+]
+MANDATE_REFUSALS = [
+    refusal(
+        NotaryInputError("mandate: not an SD-JWT: Invalid JWS Object"),
+        "the mandate is not an AP2 SD-JWT mandate of an accepted type",
+        name="invalid_mandate",
+    ),
+    refusal(
+        NotaryForbidden(
+            "untrusted_signature",
+            "no user key this tenant trusts verifies the mandate's signature",
+        ),
+        "signed by no key the tenant trusts (or the signature is bad)",
+    ),
+    refusal(
+        NotaryForbidden("mandate_expired", "the mandate expired at 2026-05-01T00:00:00.000000Z"),
+        "the mandate's exp (or its execution_date not_after) has passed",
+    ),
+    refusal(
+        NotaryForbidden(
+            "unresolved_constraint",
+            "constraint 'payment.budget' is not one a lease enforces (payment.amount_range "
+            "and payment.execution_date are)",
+        ),
+        "a constraint or pre-set claim a lease cannot enforce: refused, never dropped",
+    ),
+    refusal(
+        NotaryForbidden("mandate_binding", "checkout_hash is not the hash of checkout_jwt"),
+        "the checkout mandate's hash does not bind its checkout, or the checkout's payload is "
+        "not canonical JSON",
+    ),
+    EXPIRED,
+    BEYOND_AMOUNT,
+    BEYOND_DURATION,
 ]
 LEASE_NOT_FOUND = refusal(
     NotaryNotFound(f"no lease {EXAMPLE_LEASE_ID!r}"), "no such lease for this tenant"
@@ -491,6 +527,34 @@ class LeaseGrantView(APIView):
             lease = services.lease_grant(
                 tenant=principal.tenant, approver=principal.api_key, **given.validated_data
             )
+        return Response(LeaseOutput(lease).data, status=201)
+
+
+class LeaseFromMandateView(APIView):
+    permission_classes = [role_required(Role.APPROVER)]
+
+    @extend_schema(
+        summary="Grant a lease from an AP2 mandate",
+        description="An approver grants a lease whose money terms are an AP2 v0.2 mandate's, "
+        "verified against the public keys the tenant trusts (`manage.py trust_mandate_key`): "
+        "an open Payment Mandate (`mandate.payment.open.1`) becomes a standing lease, each "
+        "effect's `amount_field` at most its `payment.amount_range` max, in its currency; a "
+        "closed Checkout Mandate (`mandate.checkout.1`) a lease for exactly the payload its "
+        "merchant-signed `checkout_jwt` carries. The lease ends when the mandate does, or "
+        "earlier at `expires_at`. The approver names the action, the cases and the agent. "
+        "LEASE_GRANTED keeps the mandate as received, with the keys that verified it. A "
+        "mandate that is unreadable (400), signed by no trusted key, expired, bound to "
+        "another checkout, or has a constraint a lease cannot enforce (403) writes nothing.",
+        request=LeaseFromMandateInput,
+        responses={201: LeaseOutput, **error_responses(*MANDATE_REFUSALS)},
+    )
+    def post(self, request: Request) -> Response:
+        given = LeaseFromMandateInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        principal = _principal(request)
+        lease = lease_grant_from_mandate(
+            tenant=principal.tenant, approver=principal.api_key, **given.validated_data
+        )
         return Response(LeaseOutput(lease).data, status=201)
 
 

@@ -70,6 +70,7 @@ SEMANTIC = {
     "POST /v1/effects/{effect_id}/outcome": "what an agent may claim follows from the entries",
     "POST /v1/effects/{effect_id}/dispatch": "every premise must hold (holds: true)",
     "POST /v1/leases": "request_id alone, or the terms with requested_by, an agent's holder",
+    "POST /v1/leases/from-mandate": "the mandate is a signed SD-JWT: its signature is a record",
     "POST /v1/lease-requests": "expires_at must be in the future",
     "POST /v1/targets": "the claims must agree (tier 2 is queryable, a key window is tier 1's)",
     "POST /v1/attestations": "stage or performed, and agreeing",

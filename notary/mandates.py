@@ -1,0 +1,133 @@
+"""Leases granted from AP2 mandates, and the keys whose mandates a tenant trusts. The protocol
+rules (verification, and what a mandate lets a lease approve) are gate_client.mandates'; this
+module stores the keys and writes the grant, with the mandate as received in LEASE_GRANTED."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from gate_client.mandates import (
+    MandateError,
+    TrustedKey,
+    mandate_terms,
+    trusted_key,
+    verify_mandate,
+)
+from gate_client.money import AMOUNT_FIELDS
+from notary.errors import NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.identities import canonical_holder, same_holder
+from notary.models import ApiKey, Lease, MandateKey, Tenant
+from notary.services import _check_approver, _grant, _lease_terms, _requesting_holder
+
+
+@transaction.atomic(durable=True)
+def mandate_key_trust(
+    *, tenant: Tenant, jwk: Mapping[str, Any], role: str, holder: str
+) -> MandateKey:
+    """Trust a public key's mandates (role user) or checkout JWTs (role merchant) for this
+    tenant's grants. Trusting a key trusted already, in the same role, changes nothing."""
+    try:
+        key = trusted_key(jwk, role=role, holder=canonical_holder(holder))
+    except MandateError as exc:
+        raise NotaryInputError(exc.detail) from exc
+    known = MandateKey.objects.filter(tenant=tenant, key_id=key.key_id).first()
+    if known is not None:
+        if known.role != key.role or known.revoked_at is not None:
+            raise NotaryInputError(
+                f"key {key.key_id} is trusted as a {known.role} key already, or was revoked"
+            )
+        return known
+    return MandateKey.objects.create(
+        tenant=tenant, key_id=key.key_id, role=key.role, holder=key.holder, jwk=dict(key.jwk)
+    )
+
+
+@transaction.atomic(durable=True)
+def mandate_key_revoke(*, tenant: Tenant, key_id: str) -> MandateKey:
+    """Trust no new mandate of this key; the leases granted on its mandates stand, as any
+    lease does until revoked itself."""
+    key = MandateKey.objects.select_for_update().filter(tenant=tenant, key_id=key_id).first()
+    if key is None:
+        raise NotaryNotFound(f"no mandate key {key_id!r}")
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
+
+
+@transaction.atomic(durable=True)
+def lease_grant_from_mandate(
+    *,
+    tenant: Tenant,
+    approver: ApiKey,
+    mandate: Any,
+    action: str,
+    requested_by: str,
+    case_id: str = "",
+    case_class: str | None = None,
+    case_pattern: str | None = None,
+    expires_at: datetime | None = None,
+    amount_field: str = "amount",
+) -> Lease:
+    """Grant a lease whose money terms are a verified AP2 mandate's: an open Payment Mandate's
+    amount range bounds each effect's `amount_field` and names the currency; a closed Checkout
+    Mandate's checkout approves exactly its payload. The approver names the action, the cases
+    and the agent; the lease ends at the mandate's end, or earlier at `expires_at`. The
+    mandate, as received, goes into LEASE_GRANTED with the keys that verified it."""
+    _check_approver(tenant=tenant, approver=approver)
+    if amount_field not in AMOUNT_FIELDS:
+        raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
+    try:
+        verified = verify_mandate(mandate, _trusted_keys(tenant), now=timezone.now())
+    except MandateError as exc:
+        raise _refusal(exc) from exc
+    bound = mandate_terms(verified)
+    ends = [end for end in (expires_at, bound.expires_at) if end is not None]
+    if not ends:
+        raise NotaryInputError("the mandate states no end: give the lease an expires_at")
+    terms = _lease_terms(
+        case_id=case_id,
+        action=action,
+        expires_at=min(ends),
+        limits={amount_field: bound.amount_limit} if bound.amount_limit is not None else {},
+        payload_hash=bound.payload_hash,
+        currency=bound.currency,
+        case_class=case_class,
+        case_pattern=case_pattern,
+    )
+    named = canonical_holder(requested_by)
+    if same_holder(named, approver.holder):
+        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
+    return _grant(
+        tenant=tenant,
+        approver=approver,
+        terms=terms,
+        requester=_requesting_holder(tenant=tenant, named=named),
+        provenance={"mandate": verified.evidence()},
+    )
+
+
+def _refusal(exc: MandateError) -> Exception:
+    """The API's answer to each way gate_client.mandates refuses a mandate at a grant: an
+    unreadable one is bad input (400); a well-formed one that cannot be the evidence, 403."""
+    match exc.code:
+        case "invalid_mandate":
+            return NotaryInputError(f"mandate: {exc.detail}")
+        case "untrusted_signature":
+            return NotaryForbidden("untrusted_signature", exc.detail)
+        case "mandate_expired":
+            return NotaryForbidden("mandate_expired", exc.detail)
+        case "mandate_binding":
+            return NotaryForbidden("mandate_binding", exc.detail)
+        case _:  # unresolved_constraint: what remains of verify_mandate's refusals
+            return NotaryForbidden("unresolved_constraint", exc.detail)
+
+
+def _trusted_keys(tenant: Tenant) -> list[TrustedKey]:
+    keys = MandateKey.objects.filter(tenant=tenant, revoked_at__isnull=True).order_by("pk")
+    return [TrustedKey(k.key_id, k.role, k.holder, k.jwk) for k in keys]  # type: ignore[arg-type]
