@@ -159,6 +159,16 @@ GRANT_REFUSALS = [
         "the request was granted already; `lease_id` names the lease",
     ),
 ]
+# An SD-JWT as a trusted surface issues it (shortened): the issuer-signed JWT, then the
+# disclosure of the mandate in its delegate_payload, each ending in '~'.
+FROM_MANDATE = {
+    "mandate": "eyJhbGciOiAiRVMyNTYiLCAidHlwIjogImRjK3NkLWp3dCJ9.eyJkZWxlZ2F0ZV9wYXlsb2FkIjogW3si"
+    "Li4uIjogIjNZUnRaLWxCTmhJX1loZ2dTaHJkSGhyU3VEUFNwd012SjNWV2pVbmhEUU0ifV19.HvCGk7ye_c0LN2~"
+    "WyJadEtTNUZTcklBWTZIbEdCNEhvN21nIiwgeyJ2Y3QiOiAibWFuZGF0ZS5wYXltZW50Lm9wZW4uMSJ9XQ~",
+    "case_class": "refunds-queue",
+    "action": "refund",
+    "requested_by": EXAMPLE_AGENT,
+}
 MANDATE_REFUSALS = [
     refusal(
         NotaryInputError("mandate: not an SD-JWT: Invalid JWS Object"),
@@ -547,6 +557,16 @@ class LeaseFromMandateView(APIView):
         "another checkout, or has a constraint a lease cannot enforce (403) writes nothing.",
         request=LeaseFromMandateInput,
         responses={201: LeaseOutput, **error_responses(*MANDATE_REFUSALS)},
+        examples=[
+            request_example(
+                "intent",
+                FROM_MANDATE,
+                "a finance lead's open Payment Mandate, for refund-bot on refunds-queue",
+            ),
+            response_example(
+                "granted", LeaseOutput(example_lease()).data, "the lease, granted", 201
+            ),
+        ],
     )
     def post(self, request: Request) -> Response:
         given = LeaseFromMandateInput(data=request.data)
