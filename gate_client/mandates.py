@@ -8,12 +8,15 @@ issuer-signed JWT whose `delegate_payload` array holds the mandate content as a 
 - an open Payment Mandate (`mandate.payment.open.1`, what v0.1 called an Intent Mandate): the
   user's standing approval, bounded by constraints. It becomes a standing lease: its
   `payment.amount_range` is each effect's limit and the lease's currency, its `exp` (and a
-  `payment.execution_date` `not_after`) the latest expiry;
+  `payment.execution_date` `not_after`) the latest expiry, and its totals a budget of every
+  agent key together over the lease's whole life: `payment.budget` the amount, and the count
+  `payment.agent_recurrence` (ON_DEMAND) allows in `max_occurrences`; without recurrence the
+  mandate approves one payment, so the lease one effect;
 - a closed Checkout Mandate (`mandate.checkout.1`, v0.1's Cart Mandate): the user's approval of
   one merchant-signed `checkout_jwt`, bound by `checkout_hash`, the base64url SHA-256 of the
   `checkout_jwt` string. It becomes a payload-bound lease: the checkout JWT's payload segment
   must be the canonical JSON (the ledger's encoding) of the effect's payload, so the lease's
-  `payload_hash`, SHA-256 of those bytes, approves exactly that payload.
+  `payload_hash`, SHA-256 of those bytes, approves exactly that payload, once.
 
 Signatures are verified by the `sd-jwt` reference implementation and `jwcrypto`, never here.
 The signer is whichever trusted key verifies the signature: a `kid` or `iss` in the token names
@@ -26,16 +29,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Literal, TypeGuard, cast
 
+from babel.numbers import get_currency_precision
 from jwcrypto.common import JWException
 from jwcrypto.jwk import JWK
 from jwcrypto.jws import JWS, InvalidJWSSignature
 from sd_jwt.verifier import SDJWTVerifier
 
+from gate_client.budgets import Budget, BudgetPer
 from gate_client.leases import Lease
 from gate_client.money import AMOUNT_FIELDS, payload_money
 from ledger.core.canonical import CanonicalJSONError, parse_canonical
@@ -140,6 +147,20 @@ class MandateTerms:
     currency: str | None
     amount_limit: int | None  # each effect's amount at most this, in minor units
     payload_hash: str | None  # exactly this payload
+    # What all the lease's effects together may spend while it lasts: an amount (minor units
+    # of `currency`) and a count. A mandate without payment.agent_recurrence approves one.
+    total_amount: int | None = None
+    total_count: int | None = None
+
+    def budget(self, *, granted_at: datetime) -> Budget | None:
+        """The lease budget that holds its effects to the totals: every agent key together,
+        over a window as long as the lease, so no spend under it ever leaves the window."""
+        if self.total_amount is None and self.total_count is None:
+            return None
+        if self.expires_at is None:
+            raise MandateError("invalid_mandate", "a mandate with totals needs an end")
+        lifetime = math.ceil((self.expires_at - granted_at).total_seconds())
+        return Budget(BudgetPer.TENANT, max(lifetime, 1), self.total_amount, self.total_count)
 
 
 def verify_mandate(token: Any, keys: Iterable[TrustedKey], *, now: datetime) -> Mandate:
@@ -177,18 +198,26 @@ def mandate_terms(mandate: Mandate) -> MandateTerms:
             currency=(money.currency or None) if money is not None else None,
             amount_limit=money.amount_minor if money is not None else None,
             payload_hash=hashlib.sha256(mandate.checkout_payload).hexdigest(),
+            total_count=1,  # one checkout: one effect, whatever the cases
         )
-    amount = _amount_range(mandate.content["constraints"])
+    constraints = mandate.content["constraints"]
+    amount = _amount_range(constraints)
+    recurrence = _one_of(constraints, "payment.agent_recurrence")
+    budget = _one_of(constraints, "payment.budget")
     return MandateTerms(
         expires_at=mandate.expires_at,
         currency=amount["currency"],
         amount_limit=amount["max"],
         payload_hash=None,
+        total_amount=_budget_minor(budget, amount["currency"]) if budget is not None else None,
+        # Reuse is what agent_recurrence grants: without it, the mandate approves one payment.
+        total_count=recurrence.get("max_occurrences") if recurrence is not None else 1,
     )
 
 
-def mandate_refusal(lease: Lease, terms: MandateTerms) -> str | None:
-    """None if the lease approves nothing its mandate does not; else what it would exceed."""
+def mandate_refusal(lease: Lease, terms: MandateTerms, *, granted_at: datetime) -> str | None:
+    """None if the lease, granted at `granted_at`, approves nothing its mandate does not; else
+    what it would exceed."""
     if terms.expires_at is not None and lease.expires_at > terms.expires_at:
         return f"the lease runs past the mandate's end, {format_timestamp(terms.expires_at)}"
     if terms.payload_hash is not None and lease.payload_hash != terms.payload_hash:
@@ -204,7 +233,31 @@ def mandate_refusal(lease: Lease, terms: MandateTerms) -> str | None:
         over = [name for name in bounded if lease.limits[name] > terms.amount_limit]
         if over:
             return f"the lease's {over[0]} limit is above the mandate's {terms.amount_limit}"
-    return None
+    return _totals_refusal(lease, terms, granted_at)
+
+
+def _totals_refusal(lease: Lease, terms: MandateTerms, granted_at: datetime) -> str | None:
+    """The mandate's totals bound the lease's effects together: some budget of every agent key
+    together, over a window as long as the lease, holds them to no more."""
+    if terms.total_amount is None and terms.total_count is None:
+        return None
+    lifetime = (lease.expires_at - granted_at).total_seconds()
+    for budget in lease.budgets:
+        if budget.per != BudgetPer.TENANT or budget.window_seconds < lifetime:
+            continue
+        if _within(budget.max_amount, terms.total_amount) and _within(
+            budget.max_count, terms.total_count
+        ):
+            return None
+    return (
+        f"the mandate allows {terms.total_count or 'any number of'} effects and "
+        f"{terms.total_amount if terms.total_amount is not None else 'any amount'} in all; no "
+        "budget of the lease holds it to that"
+    )
+
+
+def _within(granted: int | None, allowed: int | None) -> bool:
+    return allowed is None or (granted is not None and granted <= allowed)
 
 
 def check_evidence(lease_body: Mapping[str, Any], *, granted_at: datetime) -> Mandate | None:
@@ -230,7 +283,7 @@ def check_evidence(lease_body: Mapping[str, Any], *, granted_at: datetime) -> Ma
     mandate = verify_mandate(token, keys, now=granted_at)
     if mandate.vct != vct:
         raise MandateError("invalid_mandate", "the evidence names another mandate type")
-    refusal = mandate_refusal(lease, mandate_terms(mandate))
+    refusal = mandate_refusal(lease, mandate_terms(mandate), granted_at=granted_at)
     if refusal is not None:
         raise MandateError("beyond_mandate", refusal)
     return mandate
@@ -268,6 +321,11 @@ def _constraint_in_words(constraint: Mapping[str, Any]) -> str:
         )
     if constraint.get("type") == "payment.execution_date":
         return f"executed not after {constraint.get('not_after', '-')}"
+    if constraint.get("type") == "payment.budget":
+        return f"at most {constraint['max']} {constraint['currency']} in all"
+    if constraint.get("type") == "payment.agent_recurrence":
+        times = constraint.get("max_occurrences", "any number of")
+        return f"reused on demand, {times} times in all"
     return f"constraint {constraint.get('type')!r}"
 
 
@@ -382,13 +440,62 @@ def _check_open_payment(content: Mapping[str, Any], now: datetime) -> None:
                     "unresolved_constraint",
                     "execution_date.not_before is in the future: a lease starts when granted",
                 )
-        elif kind != "payment.amount_range":
+        elif kind == "payment.agent_recurrence":
+            _check_recurrence(constraint)
+        elif kind not in ("payment.amount_range", "payment.budget"):
             raise MandateError(
                 "unresolved_constraint",
-                f"constraint {kind!r} is not one a lease enforces (payment.amount_range and "
-                "payment.execution_date are)",
+                f"constraint {kind!r} is not one a lease enforces (payment.amount_range, "
+                "payment.budget, payment.agent_recurrence and payment.execution_date are)",
             )
-    _amount_range(constraints)
+    amount = _amount_range(constraints)
+    _one_of(constraints, "payment.agent_recurrence")
+    budget = _one_of(constraints, "payment.budget")
+    if budget is not None:
+        _budget_minor(budget, amount["currency"])
+
+
+def _one_of(constraints: Sequence[Any], kind: str) -> dict[str, Any] | None:
+    """The one constraint of this type, if any: two would need both to hold, which a lease's
+    one budget per scope cannot say."""
+    found = [c for c in constraints if _is_constraint(c, kind)]
+    if len(found) > 1:
+        raise MandateError("unresolved_constraint", f"{len(found)} {kind} constraints: one, please")
+    return found[0] if found else None
+
+
+def _check_recurrence(constraint: Mapping[str, Any]) -> None:
+    """ON_DEMAND reuse, up to max_occurrences in all, is a lease budget's count. A DAILY (or
+    longer) frequency also spaces the payments apart, which no lease budget says."""
+    if constraint.get("frequency") != "ON_DEMAND":
+        raise MandateError(
+            "unresolved_constraint",
+            f"agent_recurrence frequency {constraint.get('frequency')!r}: a lease enforces "
+            "ON_DEMAND reuse only",
+        )
+    count = constraint.get("max_occurrences")
+    if count is not None and not (_is_integer(count) and count >= 1):
+        raise MandateError("invalid_mandate", "max_occurrences is a whole number, at least 1")
+
+
+def _budget_minor(budget: Mapping[str, Any], currency: str) -> int:
+    """payment.budget's max in the currency's minor units. AP2 states it in major units (its
+    example: 1000.00 USD; the reference SDK evaluates max x 100 cents): converted by the
+    currency's own minor unit (CLDR, via Babel), exactly, or refused."""
+    maximum, named = budget.get("max"), budget.get("currency")
+    if not isinstance(named, str) or named.upper() != currency:
+        raise MandateError(
+            "unresolved_constraint",
+            f"the budget is in {named!r}, the amount range in {currency}: one currency, please",
+        )
+    if isinstance(maximum, bool) or not isinstance(maximum, int | float) or maximum <= 0:
+        raise MandateError("invalid_mandate", "a budget's max is a positive number")
+    minor = Decimal(str(maximum)).scaleb(get_currency_precision(currency))
+    if minor != minor.to_integral_value():
+        raise MandateError(
+            "invalid_mandate", f"budget max {maximum} is not whole {currency} minor units"
+        )
+    return int(minor)
 
 
 def _amount_range(constraints: Sequence[Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ module stores the keys and writes the grant, with the mandate as received in LEA
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -75,21 +76,26 @@ def lease_grant_from_mandate(
     amount_field: str = "amount",
 ) -> Lease:
     """Grant a lease whose money terms are a verified AP2 mandate's: an open Payment Mandate's
-    amount range bounds each effect's `amount_field` and names the currency; a closed Checkout
-    Mandate's checkout approves exactly its payload. The approver names the action, the cases
+    amount range bounds each effect's `amount_field` and names the currency, and its totals
+    (payment.budget, agent_recurrence's max_occurrences, one payment without recurrence) are a
+    budget of every agent key together over the lease's life; a closed Checkout Mandate's
+    checkout approves exactly its payload, once. The approver names the action, the cases
     and the agent; the lease ends at the mandate's end, or earlier at `expires_at`. The
     mandate, as received, goes into LEASE_GRANTED with the keys that verified it."""
     _check_approver(tenant=tenant, approver=approver)
     if amount_field not in AMOUNT_FIELDS:
         raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
+    now = timezone.now()
     try:
-        verified = verify_mandate(mandate, _trusted_keys(tenant), now=timezone.now())
+        verified = verify_mandate(mandate, _trusted_keys(tenant), now=now)
     except MandateError as exc:
         raise _refusal(exc) from exc
     bound = mandate_terms(verified)
     ends = [end for end in (expires_at, bound.expires_at) if end is not None]
     if not ends:
         raise NotaryInputError("the mandate states no end: give the lease an expires_at")
+    bound = replace(bound, expires_at=min(ends))
+    budget = bound.budget(granted_at=now)
     terms = _lease_terms(
         case_id=case_id,
         action=action,
@@ -99,6 +105,7 @@ def lease_grant_from_mandate(
         currency=bound.currency,
         case_class=case_class,
         case_pattern=case_pattern,
+        budgets=[budget.body()] if budget is not None else [],
     )
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):

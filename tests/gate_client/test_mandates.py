@@ -14,6 +14,7 @@ import pytest
 from jwcrypto.jwk import JWK
 from jwcrypto.jws import JWS
 
+from gate_client.budgets import Budget, BudgetPer
 from gate_client.leases import Lease, LeaseState, lease_refusal
 from gate_client.mandates import (
     CHECKOUT,
@@ -41,6 +42,7 @@ from testkit.mandates import (
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 END = NOW + timedelta(days=7)
 REFUND = {"amount": 1999, "charge": "ch_1", "currency": "usd"}
+ON_DEMAND = {"type": "payment.agent_recurrence", "frequency": "ON_DEMAND", "max_occurrences": 100}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,58 @@ def test_an_open_payment_mandate_is_a_standing_lease_s_ceiling(
         END.replace(microsecond=0),
         None,
     )
+    # No agent_recurrence: AP2's open mandate approves one payment, so the lease one effect.
+    assert (terms.total_amount, terms.total_count) == (None, 1)
+    assert terms.budget(granted_at=NOW) == Budget(BudgetPer.TENANT, 7 * 24 * 3600, None, 1)
+
+
+@pytest.mark.parametrize(
+    ("budget", "recurrence", "totals"),
+    [
+        ({"max": 2000.00, "currency": "USD"}, ON_DEMAND, (200000, 100)),
+        ({"max": 20.5, "currency": "usd"}, {**ON_DEMAND, "max_occurrences": 3}, (2050, 3)),
+        (
+            {"max": 2000, "currency": "USD"},
+            {"type": "payment.agent_recurrence", "frequency": "ON_DEMAND"},
+            (200000, None),
+        ),
+        (None, ON_DEMAND, (None, 100)),
+    ],
+)
+def test_the_mandate_s_totals_are_a_budget_over_the_lease_s_life(
+    user: JWK,
+    keys: list[TrustedKey],
+    budget: dict[str, Any] | None,
+    recurrence: dict[str, Any],
+    totals: tuple[int | None, int | None],
+) -> None:
+    constraints = [amount_range(5000), recurrence]
+    if budget is not None:
+        constraints.append({"type": "payment.budget", **budget})
+    token = open_payment_mandate(user, expires_at=END, constraints=constraints)
+    terms = mandate_terms(verify_mandate(token, keys, now=NOW))
+    assert (terms.total_amount, terms.total_count) == totals
+    window = terms.budget(granted_at=NOW - timedelta(milliseconds=1))
+    assert window is not None and window.window_seconds == 7 * 24 * 3600 + 1
+
+
+def test_a_budget_counts_in_its_currency_s_own_minor_unit(
+    user: JWK, keys: list[TrustedKey]
+) -> None:
+    yen = [
+        amount_range(5000, "JPY"),
+        ON_DEMAND,
+        {"type": "payment.budget", "max": 20000, "currency": "JPY"},
+    ]
+    token = open_payment_mandate(user, expires_at=END, constraints=yen)
+    assert mandate_terms(verify_mandate(token, keys, now=NOW)).total_amount == 20000
+    cents = [
+        amount_range(5000),
+        ON_DEMAND,
+        {"type": "payment.budget", "max": 10.005, "currency": "USD"},
+    ]
+    token = open_payment_mandate(user, expires_at=END, constraints=cents)
+    assert refused(token, keys).code == "invalid_mandate"
 
 
 def test_the_signer_is_the_key_that_verifies_never_the_name_the_token_gives(
@@ -124,7 +178,7 @@ def test_a_checkout_mandate_binds_exactly_its_payload(
     terms = mandate_terms(mandate)
     approved = Proposal("case-1", "payments", "refund", REFUND, "lease_1")
     assert terms.payload_hash == approved.payload_hash
-    assert (terms.amount_limit, terms.currency) == (1999, "USD")
+    assert (terms.amount_limit, terms.currency, terms.total_count) == (1999, "USD", 1)
     lease = Lease(
         "lease_1",
         "case-1",
@@ -232,8 +286,9 @@ def test_a_delegation_chain_or_a_key_bound_presentation_is_not_accepted(
 @pytest.mark.parametrize(
     ("constraints", "content"),
     [
-        ([amount_range(5000), {"type": "payment.budget", "max": 200000, "currency": "USD"}], {}),
+        ([amount_range(5000), {"type": "payment.budget", "max": 20, "currency": "EUR"}], {}),
         ([amount_range(5000), {"type": "payment.agent_recurrence", "frequency": "DAILY"}], {}),
+        ([amount_range(5000), ON_DEMAND, ON_DEMAND], {}),
         ([amount_range(5000), {"type": "payment.allowed_payees", "allowed": []}], {}),
         (
             [amount_range(5000), {"type": "payment.reference", "conditional_transaction_id": "x"}],
@@ -272,8 +327,12 @@ def test_a_private_key_is_never_trusted(user: JWK) -> None:
         trusted_key(public_jwk(user), role="bank", holder="Finance Lead")
 
 
+ONE_EFFECT = (Budget(BudgetPer.TENANT, 7 * 24 * 3600, None, 1),)
+
+
 def lease_body(token_terms: dict[str, Any], evidence: dict[str, Any]) -> dict[str, Any]:
-    lease = Lease("lease_1", "", "refund", END, "maria", case_class="refunds", **token_terms)
+    terms = {"budgets": ONE_EFFECT, **token_terms}
+    lease = Lease("lease_1", "", "refund", END, "maria", case_class="refunds", **terms)
     return {**lease.body(), "requested_by": "refund-bot", "mandate": evidence}
 
 
@@ -294,6 +353,14 @@ def test_the_evidence_verifies_again_offline_and_its_lease_stays_within_it(
     later = {**lease_body(within, evidence), "expires_at": "2026-06-01T00:00:00.000000Z"}
     with pytest.raises(MandateError, match="runs past the mandate's end"):
         check_evidence(later, granted_at=NOW)
+    for budgets in [
+        (),
+        (Budget(BudgetPer.TENANT, 3600, None, 1),),
+        (Budget(BudgetPer.AGENT_KEY, 7 * 24 * 3600, None, 1),),
+        (Budget(BudgetPer.TENANT, 7 * 24 * 3600, None, 2),),
+    ]:
+        with pytest.raises(MandateError, match="no budget of the lease holds it"):
+            check_evidence(lease_body({**within, "budgets": budgets}, evidence), granted_at=NOW)
 
 
 def test_evidence_with_a_swapped_key_does_not_verify(user: JWK, keys: list[TrustedKey]) -> None:

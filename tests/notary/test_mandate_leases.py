@@ -85,9 +85,25 @@ def week() -> datetime:
     return (timezone.now() + timedelta(days=7)).replace(microsecond=0)
 
 
-def intent(user: JWK, maximum: int = 5000, **kwargs: Any) -> str:
+# At most $50.00 a refund, $2,000 and 100 refunds in all: AP2's own form of a standing approval.
+STANDING = [
+    {"type": "payment.agent_recurrence", "frequency": "ON_DEMAND", "max_occurrences": 100},
+    {"type": "payment.budget", "max": 2000.00, "currency": "USD"},
+]
+
+
+MONTHLY = {"type": "payment.agent_recurrence", "frequency": "MONTHLY"}  # spaced: no lease says
+
+
+def intent(
+    user: JWK,
+    maximum: int = 5000,
+    *,
+    expires_at: datetime | None = None,
+    totals: list[dict[str, Any]] = STANDING,
+) -> str:
     return open_payment_mandate(
-        user, expires_at=kwargs.pop("expires_at", week()), constraints=[amount_range(maximum)]
+        user, expires_at=expires_at or week(), constraints=[amount_range(maximum), *totals]
     )
 
 
@@ -128,6 +144,9 @@ def test_an_intent_is_a_standing_lease_covering_a_refund_within_it_refusing_one_
         "USD",
     )
     assert datetime.fromisoformat(lease["expires_at"]) == ends
+    [budget] = Lease.objects.get(lease_id=lease["lease_id"]).budgets
+    assert (budget["per"], budget["max_amount"], budget["max_count"]) == ("tenant", 200000, 100)
+    assert budget["window_seconds"] >= 7 * 24 * 3600  # the lease's whole life
     within = dispatch(acme, lease["lease_id"], "case-1", {**REFUND, "amount": 5000})
     receipt = selectors.effect_receipt(tenant=acme, effect_id=within, payload_hash=None).receipt
     assert receipt.authorized_when_fired is True
@@ -139,6 +158,28 @@ def test_an_intent_is_a_standing_lease_covering_a_refund_within_it_refusing_one_
     assert entry.kind == EntryKind.LEASE_GRANTED
     assert entry.body_value()["mandate"]["token"] == token  # the signed form, as received
     assert entry.body_value()["mandate"]["signer"]["holder"] == "finance lead"
+
+
+def test_a_mandate_without_recurrence_approves_one_refund(
+    acme: Tenant, approver: Any, user: JWK
+) -> None:
+    lease = grant(approver, intent(user, totals=[])).json()
+    dispatch(acme, lease["lease_id"], "case-1", REFUND)
+    with pytest.raises(NotaryConflict) as second:
+        dispatch(acme, lease["lease_id"], "case-2", REFUND)
+    assert second.value.extra["reason"] == "lease_budget"
+
+
+def test_the_mandate_s_budget_holds_every_refund_together(
+    acme: Tenant, approver: Any, user: JWK
+) -> None:
+    sixty = [STANDING[0], {"type": "payment.budget", "max": 60, "currency": "USD"}]
+    lease = grant(approver, intent(user, totals=sixty)).json()
+    dispatch(acme, lease["lease_id"], "case-1", {**REFUND, "amount": 3000})
+    dispatch(acme, lease["lease_id"], "case-2", {**REFUND, "amount": 3000})  # exactly $60.00
+    with pytest.raises(NotaryConflict) as over:
+        dispatch(acme, lease["lease_id"], "case-3", {**REFUND, "amount": 1})
+    assert over.value.extra["reason"] == "lease_budget"
 
 
 def test_the_approver_may_end_the_lease_before_the_mandate(approver: Any, user: JWK) -> None:
@@ -166,6 +207,9 @@ def test_a_cart_mandate_binds_exactly_its_payload(
         "lease_scope",
         "lease approves another payload",
     )
+    with pytest.raises(NotaryConflict) as again:
+        dispatch(acme, lease["lease_id"], "case-3", REFUND)  # the same checkout, twice
+    assert again.value.extra["reason"] == "lease_budget"
 
 
 def test_a_cart_mandate_with_no_end_needs_the_approver_s(
@@ -195,6 +239,7 @@ def forged_signature(token: str) -> str:
             403,
             "mandate_expired",
         ),
+        (lambda u, m, g: intent(u, totals=[MONTHLY]), 403, "unresolved_constraint"),
         (lambda u, m, g: checkout_mandate(u, checkout_jwt(g, REFUND)), 403, "untrusted_signature"),
         (
             lambda u, m, g: checkout_mandate(u, checkout_jwt(m, REFUND), stated_hash="x"),
