@@ -45,7 +45,7 @@ from sd_jwt.verifier import SDJWTVerifier
 from gate_client.budgets import Budget, BudgetPer
 from gate_client.leases import Lease
 from gate_client.money import AMOUNT_FIELDS, payload_money
-from ledger.core.canonical import CanonicalJSONError, parse_canonical
+from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, parse_canonical
 from ledger.core.entries import format_timestamp
 
 MANDATE_FORMAT = "ap2-0.2+sd-jwt"
@@ -58,6 +58,9 @@ MAX_TOKEN = 64 * 1024
 # Claims of an open Payment Mandate besides its constraints. Any other (a pre-set payee,
 # amount or instrument) fixes a value the closed mandate must repeat, which a lease cannot.
 _OPEN_CLAIMS = frozenset({"vct", "constraints", "cnf", "iat", "exp", "risk_data"})
+# What parsing a hostile token may raise: JSON nested past the parser's stack is a
+# RecursionError, not a ValueError.
+_UNREADABLE = (JWException, ValueError, TypeError, RecursionError)
 
 Role = Literal["user", "merchant"]
 
@@ -340,8 +343,8 @@ def _verified_sd_jwt(token: str, keys: Sequence[TrustedKey]) -> tuple[TrustedKey
             bad_signature += 1
         except MandateError:
             raise
-        except (JWException, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise MandateError("invalid_mandate", f"not an SD-JWT: {exc}") from exc
+        except (*_UNREADABLE, KeyError, AttributeError) as exc:
+            raise MandateError("invalid_mandate", f"not an SD-JWT: {exc!r}"[:300]) from exc
     if not keys:  # nothing to verify with: still tell garbage from an untrusted signature
         _parsed(token)
     raise MandateError(
@@ -363,8 +366,8 @@ def _parsed(token: str) -> None:
     """Refuse what is not even an SD-JWT, when there is no key to try it with."""
     try:
         JWS().deserialize(token.split("~", 1)[0])
-    except (JWException, ValueError, TypeError) as exc:
-        raise MandateError("invalid_mandate", f"not an SD-JWT: {exc}") from exc
+    except _UNREADABLE as exc:
+        raise MandateError("invalid_mandate", f"not an SD-JWT: {exc!r}"[:300]) from exc
 
 
 def _mandate_content(claims: Mapping[str, Any]) -> dict[str, Any]:
@@ -399,7 +402,8 @@ def _moment(value: Any) -> datetime:
 def _expiry(claims: Mapping[str, Any], content: Mapping[str, Any]) -> datetime | None:
     """The earliest end the SD-JWT or its mandate states."""
     ends = [_moment(where["exp"]) for where in (claims, content) if "exp" in where]
-    for constraint in content.get("constraints", []) if content["vct"] == OPEN_PAYMENT else []:
+    constraints = content.get("constraints")
+    for constraint in constraints if isinstance(constraints, list) else []:
         if _is_constraint(constraint, "payment.execution_date") and "not_after" in constraint:
             ends.append(_iso_moment(constraint["not_after"]))
     return min(ends) if ends else None
@@ -488,9 +492,15 @@ def _budget_minor(budget: Mapping[str, Any], currency: str) -> int:
             "unresolved_constraint",
             f"the budget is in {named!r}, the amount range in {currency}: one currency, please",
         )
-    if isinstance(maximum, bool) or not isinstance(maximum, int | float) or maximum <= 0:
+    if (
+        isinstance(maximum, bool)
+        or not isinstance(maximum, int | float)
+        or not 0 < maximum < math.inf  # json reads Infinity and NaN too
+    ):
         raise MandateError("invalid_mandate", "a budget's max is a positive number")
     minor = Decimal(str(maximum)).scaleb(get_currency_precision(currency))
+    if minor > MAX_SAFE_INTEGER:
+        raise MandateError("invalid_mandate", f"budget max {maximum} is out of range")
     if minor != minor.to_integral_value():
         raise MandateError(
             "invalid_mandate", f"budget max {maximum} is not whole {currency} minor units"
@@ -536,7 +546,7 @@ def _checkout(
     checkout_jwt string, a merchant the tenant trusts signed that JWT, and the JWT's payload
     is canonical JSON, the bytes of the effect's payload."""
     checkout_jwt, stated = content.get("checkout_jwt"), content.get("checkout_hash")
-    if not isinstance(checkout_jwt, str) or not isinstance(stated, str):
+    if not (isinstance(checkout_jwt, str) and checkout_jwt.isascii() and isinstance(stated, str)):
         raise MandateError(
             "invalid_mandate", "a checkout mandate discloses checkout_jwt and checkout_hash"
         )
@@ -565,8 +575,8 @@ def _merchant_signed(
     try:
         jws.deserialize(checkout_jwt)
         alg = jws.jose_header.get("alg")
-    except (JWException, ValueError, TypeError) as exc:
-        raise MandateError("invalid_mandate", f"checkout_jwt is not a JWS: {exc}") from exc
+    except _UNREADABLE as exc:
+        raise MandateError("invalid_mandate", f"checkout_jwt is not a JWS: {exc!r}"[:300]) from exc
     if alg not in SIGNING_ALGS:
         raise MandateError("invalid_mandate", f"the checkout JWT's alg {alg!r} is not ECDSA")
     for key in merchants:

@@ -137,4 +137,4 @@ def _refusal(exc: MandateError) -> Exception:
 
 def _trusted_keys(tenant: Tenant) -> list[TrustedKey]:
     keys = MandateKey.objects.filter(tenant=tenant, revoked_at__isnull=True).order_by("pk")
-    return [TrustedKey(k.key_id, k.role, k.holder, k.jwk) for k in keys]  # type: ignore[arg-type]
+    return [trusted_key(k.jwk, role=k.role, holder=k.holder) for k in keys]

@@ -275,6 +275,46 @@ def test_garbage_is_an_invalid_mandate(garbage: Any, keys: list[TrustedKey]) -> 
     assert refused(garbage, keys).code == "invalid_mandate"
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"vct": OPEN_PAYMENT, "constraints": 5, "exp": 2_000_000_000},
+        {"vct": OPEN_PAYMENT, "constraints": ["x", None], "exp": 2_000_000_000},
+        {"vct": OPEN_PAYMENT, "constraints": [amount_range(5000)], "exp": 10**30},
+        {"vct": OPEN_PAYMENT, "constraints": [amount_range(5000)], "exp": "tomorrow"},
+        {
+            "vct": OPEN_PAYMENT,
+            "constraints": [
+                amount_range(5000),
+                ON_DEMAND,
+                {"type": "payment.budget", "max": 1e300, "currency": "USD"},
+            ],
+            "exp": 2_000_000_000,
+        },
+        {"vct": CHECKOUT, "checkout_jwt": "é.é.é", "checkout_hash": "x"},
+        {"vct": CHECKOUT, "checkout_jwt": "[[[[", "checkout_hash": "x"},
+        {"vct": ["a"], "exp": 2_000_000_000},
+    ],
+)
+def test_a_signed_mandate_with_hostile_content_is_refused_not_an_error(
+    user: JWK, keys: list[TrustedKey], content: dict[str, Any]
+) -> None:
+    assert refused(sd_jwt(user, content), keys).code in {
+        "invalid_mandate",
+        "unresolved_constraint",
+        "mandate_binding",
+    }
+
+
+def test_a_disclosure_nested_past_the_parser_s_stack_is_garbage(
+    user: JWK, keys: list[TrustedKey]
+) -> None:
+    token = open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000)])
+    deep = base64.urlsafe_b64encode(b"[" * 200_000).decode().rstrip("=")
+    jwt = token.split("~", 1)[0]
+    assert refused(f"{jwt}~{deep[:60_000]}~", keys).code == "invalid_mandate"
+
+
 def test_a_delegation_chain_or_a_key_bound_presentation_is_not_accepted(
     user: JWK, keys: list[TrustedKey]
 ) -> None:
