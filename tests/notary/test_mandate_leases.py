@@ -134,7 +134,8 @@ def written(tenant: Tenant) -> tuple[int, int]:
 def test_an_intent_is_a_standing_lease_covering_a_refund_within_it_refusing_one_over(
     acme: Tenant, approver: Any, user: JWK
 ) -> None:
-    token, ends = intent(user), week()
+    ends = week()
+    token = intent(user, expires_at=ends)
     granted = grant(approver, token)
     assert granted.status_code == 201, granted.json()
     lease = granted.json()
