@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gate_client.faults import CrashPoint, crash_point
+from gate_client.money import payload_money
 from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
     FailedDefinitively,
@@ -125,6 +126,7 @@ def effects_created(
                     evidence={
                         k: act[k] for k in ("effect_id", "result_ref", "at", "payload") if k in act
                     },
+                    money=payload_money(act.get("payload")),
                 )
         except urllib.error.HTTPError as error:
             raise ReconciliationError(f"the service refused its list: HTTP {error.code}") from error

@@ -15,7 +15,12 @@ service's ``effect_id``. What the comparison finds:
   AMBIGUOUS, FAILED, REFUSED or resolved as not happened: what its reviewer needs to see;
 - ``duplicate``: the provider shows an object for a happened effect other than the one its
   commit recorded (a second refund a peer that does not dedupe let through, or a hand refund
-  made again with the effect's metadata).
+  made again with the effect's metadata);
+- ``amount_differs``: the provider shows an object for an effect that moved another amount, or
+  another currency, than the effect's payload says (gate_client.money.payload_money): a refund
+  made by hand with the effect's metadata for another sum, which a lookup by metadata alone
+  would take as the effect's own. Each such object is one, whatever else it is (the effect's
+  own object, a duplicate, an object of an effect not committed).
 
 A finding is evidence for a person, never a verdict: it settles nothing and changes no state.
 In particular "not shown" is not "did not happen" (DESIGN §3: silence proves nothing): a list can
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from gate_client.money import Money
 from gate_client.protocol import FinalState, State
 from ledger.core.entries import format_timestamp
 
@@ -49,6 +55,7 @@ class FindingKind(enum.StrEnum):
     NOT_SHOWN = "not_shown"
     SHOWN_NOT_COMMITTED = "shown_not_committed"
     DUPLICATE = "duplicate"
+    AMOUNT_DIFFERS = "amount_differs"
 
 
 class ReconciliationError(ValueError):
@@ -84,6 +91,7 @@ class ProviderRecord:
     created_at: datetime
     effect_id: str | None  # the effect id it carries, None if it carries none
     evidence: Mapping[str, Any]  # the fields that matter, as the provider shows them (JSON)
+    money: Money | None = None  # what it moved, as the provider shows it; None: no amount
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class AdmittedEffect:
     state: str  # its receipt's final state
     result_ref: str  # what its commit recorded the provider called it ("" none)
     settled_at: datetime | None
+    money: Money | None = None  # what its payload says it moves (payload_money); None: no amount
 
     @property
     def happened(self) -> bool:
@@ -110,6 +119,7 @@ class Finding:
     effect_id: str  # the admitted effect it is about; "" for an object no effect asked for
     record: ProviderRecord | None  # None for not_shown
     state: str = ""  # the effect's final state, when there is an effect
+    admitted_money: Money | None = None  # amount_differs: what the effect's payload says
 
     @property
     def subject(self) -> str:
@@ -120,7 +130,9 @@ class Finding:
     def body(self, *, target: str, window: Window) -> dict[str, Any]:
         """The ledger entry's body: the target, the window, what was found, and the provider's
         record as the evidence. An object claiming an effect the tenant never admitted keeps
-        the claim in `claimed_effect_id` (the entry's effect id is only ever an admitted one)."""
+        the claim in `claimed_effect_id` (the entry's effect id is only ever an admitted one).
+        An amount_differs finding states both sides in `amounts`: what the effect's payload
+        says (`admitted`) and what the provider's object moved (`provider`)."""
         body: dict[str, Any] = {
             "target": target,
             "window": {
@@ -138,7 +150,17 @@ class Finding:
             body["evidence"] = dict(self.record.evidence)
             if self.record.effect_id is not None and self.record.effect_id != self.effect_id:
                 body["claimed_effect_id"] = self.record.effect_id
+        shown = self.record.money if self.record is not None else None
+        if self.admitted_money is not None and shown is not None:  # amount_differs
+            body["amounts"] = {
+                "admitted": _money_body(self.admitted_money),
+                "provider": _money_body(shown),
+            }
         return body
+
+
+def _money_body(money: Money) -> dict[str, Any]:
+    return {"amount_minor": money.amount_minor, "currency": money.currency}
 
 
 def compare(
@@ -170,13 +192,18 @@ def _effect_findings(
     in_window = [r for r in shown if r.created_at in window]
     if effect.in_flight:
         return []  # its verdict is still to come, from the agent or the notary's sweep
+    findings = [
+        Finding(FindingKind.AMOUNT_DIFFERS, effect.effect_id, r, effect.state, effect.money)
+        for r in in_window
+        if money_differs(effect.money, r.money)
+    ]
     if not effect.happened:
-        return [
+        return findings + [
             Finding(FindingKind.SHOWN_NOT_COMMITTED, effect.effect_id, r, effect.state)
             for r in in_window
         ]
     own = _own_record(effect, shown)
-    findings = [
+    findings += [
         Finding(FindingKind.DUPLICATE, effect.effect_id, r, effect.state)
         for r in in_window
         if r is not own
@@ -185,6 +212,18 @@ def _effect_findings(
     if own is None and settled_here:
         findings.append(Finding(FindingKind.NOT_SHOWN, effect.effect_id, None, effect.state))
     return findings
+
+
+def money_differs(admitted: Money | None, shown: Money | None) -> bool:
+    """Whether the provider's object moved other money than the effect's payload says: another
+    amount, or another currency where both name one (a payload naming none leaves it to the
+    provider: a Stripe refund is in its charge's currency). Nothing to compare when either
+    names no amount (an email; a refund of the whole charge)."""
+    if admitted is None or shown is None:
+        return False
+    if admitted.amount_minor != shown.amount_minor:
+        return True
+    return bool(admitted.currency and shown.currency) and admitted.currency != shown.currency
 
 
 def _own_record(effect: AdmittedEffect, shown: Sequence[ProviderRecord]) -> ProviderRecord | None:

@@ -27,6 +27,7 @@ from django.db.models.functions import Coalesce
 
 from gate_client.budgets import Budget, BudgetPer, Spent, window_start
 from gate_client.holds import HoldScope, scope_fields
+from gate_client.money import Money
 from gate_client.protocol import Intent, Negative, evidence_answer, queued_by, standing
 from gate_client.receipts import Receipt, ReceiptError, derive_receipt
 from gate_client.reconciliation import AdmittedEffect, Window
@@ -503,9 +504,16 @@ def reconciliation_admitted(
     named = Q(effect_id__in=set(effect_ids))
     settled = Q(settled_at__gte=window.since, settled_at__lt=window.until)
     rows = Effect.objects.filter(named | settled, tenant=tenant, target=target.name)
+    fields = ("effect_id", "state", "result_ref", "settled_at", "amount_minor", "currency")
     return {
-        row["effect_id"]: AdmittedEffect(**row)
-        for row in rows.values("effect_id", "state", "result_ref", "settled_at")
+        effect_id: AdmittedEffect(
+            effect_id,
+            state,
+            result_ref,
+            settled_at,
+            Money(amount, currency) if amount is not None else None,
+        )
+        for effect_id, state, result_ref, settled_at, amount, currency in rows.values_list(*fields)
     }
 
 

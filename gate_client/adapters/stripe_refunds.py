@@ -35,6 +35,7 @@ from gate_client.adapters.declarations import (
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import PremisesFor
 from gate_client.ids import effect_id_for
+from gate_client.money import Money
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
@@ -258,6 +259,7 @@ def refunds_created(client: stripe.StripeClient, window: Window) -> Iterator[Pro
                 created_at=datetime.fromtimestamp(refund.created, UTC),
                 effect_id=_effect_of(refund),
                 evidence=_refund_evidence(refund),
+                money=_refund_money(refund),
             )
     except stripe.StripeError as error:
         raise ReconciliationError(
@@ -281,6 +283,15 @@ def _refund_evidence(refund: stripe.Refund) -> dict[str, Any]:
         "metadata": {str(k): str(v) for k, v in metadata.items()},
     }
     return {k: v for k, v in shown.items() if v is not None}
+
+
+def _refund_money(refund: stripe.Refund) -> Money | None:
+    """What the refund gave back, in the currency's minor unit as Stripe counts it."""
+    amount = getattr(refund, "amount", None)
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        return None
+    currency = getattr(refund, "currency", None)
+    return Money(amount, currency.upper() if isinstance(currency, str) else "")
 
 
 def _refunds_of(client: stripe.StripeClient, payment_intent: str) -> Iterator[stripe.Refund]:

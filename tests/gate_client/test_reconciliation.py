@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gate_client.money import Money
 from gate_client.reconciliation import (
     CLOCK_SKEW,
     AdmittedEffect,
@@ -20,12 +21,16 @@ NOON = datetime(2026, 12, 1, 12, tzinfo=UTC)
 WINDOW = Window(NOON, NOON + timedelta(hours=1))
 
 
-def record(ref: str, minutes: float, effect_id: str | None) -> ProviderRecord:
-    return ProviderRecord(ref, NOON + timedelta(minutes=minutes), effect_id, {"id": ref})
+def record(
+    ref: str, minutes: float, effect_id: str | None, money: Money | None = None
+) -> ProviderRecord:
+    return ProviderRecord(ref, NOON + timedelta(minutes=minutes), effect_id, {"id": ref}, money)
 
 
-def effect(effect_id: str, state: str, ref: str = "", minutes: float = 10) -> AdmittedEffect:
-    return AdmittedEffect(effect_id, state, ref, NOON + timedelta(minutes=minutes))
+def effect(
+    effect_id: str, state: str, ref: str = "", minutes: float = 10, money: Money | None = None
+) -> AdmittedEffect:
+    return AdmittedEffect(effect_id, state, ref, NOON + timedelta(minutes=minutes), money)
 
 
 def kinds(findings: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
@@ -102,3 +107,67 @@ def test_a_window_needs_aware_ordered_ends() -> None:
         Window(NOON, NOON)
     with pytest.raises(ReconciliationError):
         Window(NOON.replace(tzinfo=None), NOON.replace(tzinfo=None) + timedelta(1))
+
+
+def test_the_effect_s_own_object_for_another_amount_is_an_amount_that_differs() -> None:
+    """A lookup by metadata alone committed a refund made by hand for another sum."""
+    admitted = {"e1": effect("e1", "COMMITTED_ON_QUERY", "re_1", money=Money(2500, ""))}
+    [finding] = compare([record("re_1", 5, "e1", Money(1000, "USD"))], admitted, WINDOW)
+    assert (finding.kind, finding.subject, finding.effect_id) == (
+        FindingKind.AMOUNT_DIFFERS,
+        "re_1",
+        "e1",
+    )
+    assert finding.body(target="t", window=WINDOW)["amounts"] == {
+        "admitted": {"amount_minor": 2500, "currency": ""},
+        "provider": {"amount_minor": 1000, "currency": "USD"},
+    }
+
+
+def test_the_same_amount_matches_and_a_payload_naming_no_currency_takes_the_provider_s() -> None:
+    admitted = {"e1": effect("e1", "COMMITTED", "re_1", money=Money(2500, ""))}
+    assert compare([record("re_1", 5, "e1", Money(2500, "EUR"))], admitted, WINDOW) == []
+    admitted = {"e1": effect("e1", "COMMITTED", "re_1", money=Money(2500, "USD"))}
+    assert compare([record("re_1", 5, "e1", Money(2500, "USD"))], admitted, WINDOW) == []
+
+
+def test_another_currency_for_the_same_amount_differs() -> None:
+    admitted = {"e1": effect("e1", "COMMITTED", "re_1", money=Money(2000, "USD"))}
+    found = compare([record("re_1", 5, "e1", Money(2000, "JPY"))], admitted, WINDOW)
+    assert kinds(found) == [("amount_differs", "re_1")]
+
+
+@pytest.mark.parametrize(
+    ("admitted_money", "shown_money"),
+    [(None, Money(1000, "USD")), (Money(1000, "USD"), None), (None, None)],
+)
+def test_nothing_to_compare_when_either_side_names_no_amount(
+    admitted_money: Money | None, shown_money: Money | None
+) -> None:
+    admitted = {"e1": effect("e1", "COMMITTED", "re_1", money=admitted_money)}
+    assert compare([record("re_1", 5, "e1", shown_money)], admitted, WINDOW) == []
+
+
+def test_a_duplicate_for_another_amount_is_both() -> None:
+    admitted = {"e1": effect("e1", "COMMITTED", "re_1", money=Money(2500, ""))}
+    records = [
+        record("re_1", 5, "e1", Money(2500, "USD")),
+        record("re_2", 6, "e1", Money(1000, "USD")),
+    ]
+    assert kinds(compare(records, admitted, WINDOW)) == [
+        ("amount_differs", "re_2"),
+        ("duplicate", "re_2"),
+    ]
+
+
+def test_an_object_of_an_effect_not_committed_for_another_amount_is_both() -> None:
+    admitted = {"e1": effect("e1", "AMBIGUOUS", money=Money(700, ""))}
+    found = compare([record("re_1", 5, "e1", Money(900, "USD"))], admitted, WINDOW)
+    assert kinds(found) == [("amount_differs", "re_1"), ("shown_not_committed", "re_1")]
+
+
+def test_amounts_are_compared_only_in_the_window_and_not_for_an_effect_in_flight() -> None:
+    before = {"e1": effect("e1", "COMMITTED", "re_1", minutes=1, money=Money(2500, ""))}
+    assert compare([record("re_1", -20, "e1", Money(1, "USD"))], before, WINDOW) == []
+    flying = {"e1": AdmittedEffect("e1", "DISPATCHED", "", None, Money(2500, ""))}
+    assert compare([record("re_1", 5, "e1", Money(1, "USD"))], flying, WINDOW) == []

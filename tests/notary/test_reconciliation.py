@@ -22,7 +22,8 @@ from django.utils import timezone
 from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds
 from gate_client.http_target import HttpTarget
 from gate_client.proposal import Proposal
-from gate_client.targets import Sent, Tier
+from gate_client.protocol import State, commit_body
+from gate_client.targets import Found, Sent, Tier
 from gate_client.verify import verify_export
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier
@@ -171,6 +172,60 @@ def test_a_duplicate_the_peer_let_through_and_a_refund_of_an_ambiguous_effect_ar
         [("duplicate", again.result_ref, effect_id), ("shown_not_committed", made.result_ref, lost)]
     )
     assert Effect.objects.get(tenant=acme, effect_id=lost).state == "AMBIGUOUS"
+
+
+def test_a_refund_at_the_peer_for_another_amount_with_the_effect_s_metadata_is_reported(
+    acme: Tenant, stripe_target: Target, localstripe: str
+) -> None:
+    """Through the gate 25.00; then a second, partial refund of the same payment made at the
+    peer by hand with the effect's metadata: a duplicate, and an amount that differs."""
+    start = timezone.now() - timedelta(seconds=2)
+    client = stripe_client(localstripe)
+    intent = paid_intent(client, 10_000)
+    effect_id, gated = refund_through_the_gate(acme, client, intent, "case-7", 2_500)
+    by_hand = client.v1.refunds.create(
+        params={"payment_intent": intent, "amount": 1_000, "metadata": {METADATA_KEY: effect_id}}
+    )
+
+    reconcile(acme, stripe_target, start)
+
+    assert sorted(findings_of(acme)) == [
+        ("amount_differs", by_hand.id, effect_id),
+        ("duplicate", by_hand.id, effect_id),
+    ]
+    differs = ReconciliationFinding.objects.get(tenant=acme, kind="amount_differs")
+    assert differs.body["amounts"] == {
+        "admitted": {"amount_minor": 2_500, "currency": ""},
+        "provider": {"amount_minor": 1_000, "currency": "USD"},
+    }
+    assert differs.body["evidence"]["amount"] == 1_000
+    assert gated not in {f.provider_ref for f in ReconciliationFinding.objects.all()}
+
+
+def test_a_hand_refund_for_another_amount_a_lookup_committed_as_the_effect_s_is_reported(
+    acme: Tenant, stripe_target: Target, localstripe: str
+) -> None:
+    """The gate's request never reached the peer; support refunded 10.00 by hand with the
+    effect's metadata, and the recovery's lookup (which matches on the metadata alone) found it
+    and committed it as the effect's 25.00: only its amount shows what happened."""
+    start = timezone.now() - timedelta(seconds=2)
+    client = stripe_client(localstripe)
+    intent = paid_intent(client, 10_000)
+    payload = {"payment_intent": intent, "amount": 2_500}
+    effect_id = _dispatched(acme, "stripe_refunds", "case-8", payload)
+    by_hand = client.v1.refunds.create(
+        params={"payment_intent": intent, "amount": 1_000, "metadata": {METADATA_KEY: effect_id}}
+    )
+    found = StripeRefunds(client, tier=Tier.LOOKUP).lookup(effect_id, payload)
+    assert found == Found(by_hand.id)
+    body = commit_body(State.COMMITTED_ON_QUERY, 1, by_hand.id, {"lookup": "found"})
+    services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="COMMITTED", body=body)
+
+    reconcile(acme, stripe_target, start)
+
+    assert findings_of(acme) == [("amount_differs", by_hand.id, effect_id)]
+    effect = Effect.objects.get(tenant=acme, effect_id=effect_id)
+    assert effect.state == "COMMITTED_ON_QUERY"  # evidence for a person, no verdict changed
 
 
 def test_reconciling_again_writes_nothing_new(
@@ -350,8 +405,8 @@ def test_the_command_prints_the_findings_and_totals(
     assert lines[2].split()[:3] == ["not_admitted", refund.id, "-"]
     assert "250 usd" in lines[2] and lines[2].endswith("now")
     assert lines[3] == (
-        "findings: 1 (1 not_admitted, 0 not_shown, 0 shown_not_committed, 0 duplicate); "
-        "written now: 1, recorded before: 0"
+        "findings: 1 (1 not_admitted, 0 not_shown, 0 shown_not_committed, 0 duplicate, "
+        "0 amount_differs); written now: 1, recorded before: 0"
     )
     assert again.getvalue().splitlines()[2].endswith("before")
     with pytest.raises(CommandError, match="ISO 8601"):
