@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("notary", "0017_holds_on_ambiguity"),
+        ("notary", "0018_mandate_keys"),
     ]
 
     operations = [
