@@ -277,6 +277,13 @@ def iter_entries(*, log: Log, chunk_size: int = 2000) -> Generator[LedgerEntry]:
         yield row.as_ledger_entry()
 
 
+def iter_entries_of_kind(*, log: Log, kind: str, chunk_size: int = 2000) -> Generator[LedgerEntry]:
+    """The log's entries of one kind, in seq order, through a server-side cursor."""
+    rows = Entry.objects.filter(log=log, kind=kind).order_by("seq")
+    for row in rows.iterator(chunk_size=chunk_size):
+        yield row.as_ledger_entry()
+
+
 def iter_nodes(*, log: Log, chunk_size: int = 2000) -> Generator[tuple[NodeId, bytes]]:
     """Stored internal nodes in the order appends wrote them (which is id order)."""
     rows = MerkleNode.objects.filter(log=log).order_by("id").values_list("level", "index", "hash")

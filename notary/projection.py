@@ -1,5 +1,6 @@
-"""The Effect row as a function of ledger entries: the one derivation both live writes and
-`rebuild_effects` use, so the table can always be recomputed from the ledger alone."""
+"""The Effect and ReconciliationFinding rows as functions of ledger entries: the one derivation
+both live writes and `rebuild_effects` use, so the tables can always be recomputed from the
+ledger alone."""
 
 from __future__ import annotations
 
@@ -53,6 +54,26 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
         "spent_amount": spend.amount if spend is not None else None,
         "spent_by": spend.spender if spend is not None else "",
         "held_by": receipt.held_by or "",
+    }
+
+
+def finding_fields(entry: Entry) -> dict[str, Any]:
+    """Projection fields of the finding a RECONCILED entry records (its body as
+    gate_client.reconciliation.Finding.body writes it). Its subject, what makes it once per
+    target and kind, is the provider's object, or for an object not shown the effect."""
+    body = entry.body_value()
+    window = body["window"]
+    return {
+        "target": body["target"],
+        "kind": body["finding"],
+        "subject": body.get("provider_ref", entry.effect_id),
+        "effect_id": entry.effect_id,
+        "provider_ref": body.get("provider_ref", ""),
+        "since": datetime.fromisoformat(window["since"]),
+        "until": datetime.fromisoformat(window["until"]),
+        "seq": entry.seq,
+        "found_at": entry.created_at,
+        "body": body,
     }
 
 

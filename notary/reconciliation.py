@@ -44,7 +44,7 @@ from notary.models import (
     Target,
     Tenant,
 )
-from notary.projection import effect_fields
+from notary.projection import effect_fields, finding_fields
 
 PROVIDER_TIMEOUT_SECONDS = 20.0
 MAX_WINDOW = timedelta(days=31)  # one run lists at most this much of the provider's history
@@ -185,26 +185,28 @@ def _record_findings(
         created_at=now,
     )
     written = ReconciliationFinding.objects.bulk_create(
-        ReconciliationFinding(
-            tenant=tenant,
-            target=target.name,
-            kind=str(finding.kind),
-            subject=finding.subject,
-            effect_id=finding.effect_id,
-            provider_ref=finding.record.ref if finding.record is not None else "",
-            since=window.since,
-            until=window.until,
-            seq=entry.seq,
-            found_at=now,
-            body=body,
-        )
-        for finding, body, entry in zip(new, bodies, entries, strict=True)
+        ReconciliationFinding(tenant=tenant, **finding_fields(entry.as_ledger_entry()))
+        for entry in entries
     )
     # An effect's finding is one of its entries: its projection's last_seq moves with it.
     for effect_id in sorted({f.effect_id for f in new if f.effect_id}):
         history = effect_entries(log=tenant.log, effect_id=effect_id)
         Effect.objects.filter(tenant=tenant, effect_id=effect_id).update(**effect_fields(history))
     return findings, written
+
+
+@transaction.atomic(durable=True)
+def findings_rebuild(*, tenant: Tenant) -> int:
+    """Recompute the tenant's ReconciliationFinding table from its RECONCILED entries alone;
+    return how many findings. Each target, kind and subject is the first entry's that recorded
+    it, as the live write keeps it (a later one is written only once that row was deleted)."""
+    lock_log(log=tenant.log)
+    ReconciliationFinding.objects.filter(tenant=tenant).delete()
+    ReconciliationFinding.objects.bulk_create(
+        ReconciliationFinding(tenant=tenant, **fields)
+        for fields in selectors.finding_rows_of_ledger(tenant=tenant).values()
+    )
+    return ReconciliationFinding.objects.filter(tenant=tenant).count()
 
 
 def beat_window(source: ReconciliationSource, *, now: datetime) -> Window | None:

@@ -41,6 +41,7 @@ from ledger.selectors import (
     entries_at,
     get_entry,
     iter_effect_histories,
+    iter_entries_of_kind,
     published_checkpoint,
     tlog_proof,
 )
@@ -62,7 +63,7 @@ from notary.models import (
     Target,
     Tenant,
 )
-from notary.projection import effect_fields
+from notary.projection import effect_fields, finding_fields
 from notary.tokens import TOKEN_PREFIX, secret_digest
 
 
@@ -450,6 +451,55 @@ def effect_projection_problems(*, log: Log) -> list[str]:
     if tenant is None:
         return []
     return [f"{tenant.slug}: {line}" for line in effect_projection_differences(tenant=tenant)]
+
+
+FindingKey = tuple[str, str, str]  # target, kind, subject: what a finding is once per
+
+
+def finding_rows_of_ledger(*, tenant: Tenant) -> dict[FindingKey, dict[str, Any]]:
+    """The ReconciliationFinding rows the tenant's RECONCILED entries give (rebuild_effects
+    writes them), by target, kind and subject, each the first entry's that recorded it."""
+    rows: dict[FindingKey, dict[str, Any]] = {}
+    for entry in iter_entries_of_kind(log=tenant.log, kind=EntryKind.RECONCILED):
+        fields = finding_fields(entry)
+        rows.setdefault((fields["target"], fields["kind"], fields["subject"]), fields)
+    return rows
+
+
+def finding_projection_differences(*, tenant: Tenant) -> list[str]:
+    """How the tenant's findings table differs from what its RECONCILED entries give, one line
+    per finding; empty when the projection is the ledger's. Reads only."""
+    expected = finding_rows_of_ledger(tenant=tenant)
+    fields = [f.name for f in ReconciliationFinding._meta.fields if f.name not in ("id", "tenant")]
+    stored = {
+        (row["target"], row["kind"], row["subject"]): row
+        for row in ReconciliationFinding.objects.filter(tenant=tenant).values(*fields)
+    }
+    lines = []
+    for key in sorted(expected.keys() | stored.keys()):
+        want, have = expected.get(key), stored.get(key)
+        name = "finding " + " ".join(key)
+        if want is None:
+            lines.append(f"{name}: in the findings table, not in the ledger")
+        elif have is None:
+            lines.append(f"{name}: in the ledger, missing from the findings table")
+        else:
+            changed = [
+                f"{n} ({have[n]!r}, ledger {want[n]!r})" for n in fields if have[n] != want[n]
+            ]
+            if changed:
+                lines.append(
+                    f"{name}: the findings table differs from the ledger in " + ", ".join(changed)
+                )
+    return lines
+
+
+def finding_projection_problems(*, log: Log) -> list[str]:
+    """verify_ledger's check of the findings table (settings.LEDGER_VERIFY_CHECKS)."""
+    tenant = Tenant.objects.filter(log=log).first()
+    if tenant is None:
+        return []
+    return [f"{tenant.slug}: {line}" for line in finding_projection_differences(tenant=tenant)]
 
 
 def budget_spent(

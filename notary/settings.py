@@ -221,11 +221,12 @@ REST_FRAMEWORK = {
 # giving the log an authenticated request reads (its tenant's own).
 LEDGER_API_CALLER_LOG = "notary.authentication.caller_log"
 # What verify_ledger checks beyond the log itself (the ledger imports none of these apps): the
-# effects table against the entries (rebuild_effects --check), and every OBSERVED webhook
-# entry's raw event against the digest the entry records.
+# effects and findings tables against the entries (rebuild_effects --check), and every OBSERVED
+# webhook entry's raw event against the digest the entry records.
 LEDGER_VERIFY_CHECKS = [
     "ledger.selectors.cosignature_problems",
     "notary.selectors.effect_projection_problems",
+    "notary.selectors.finding_projection_problems",
     "webhooks.selectors.observed_evidence_problems",
 ]
 

@@ -30,7 +30,7 @@ def effect_id(acme: Tenant, signer: Signer) -> str:
     made = dispatched(acme, "refunds", "case-1")
     assert run("verify_ledger", log=acme.log.origin, no_progress=True).startswith("OK ")
     assert run("rebuild_effects", tenant="acme", check=True) == (
-        "acme: the effects table is the ledger's\n"
+        "acme: the effects table is the ledger's\nacme: the findings table is the ledger's\n"
     )
     return made
 

@@ -391,7 +391,10 @@ def test_rebuilding_the_projection_from_the_ledger_gives_the_live_table(agent: A
     live = list(Effect.objects.order_by("effect_id").values())
     out = io.StringIO()
     call_command("rebuild_effects", tenant=agent.tenant.slug, stdout=out)
-    assert out.getvalue() == f"acme: {len(live)} effects rebuilt from the ledger; no differences\n"
+    assert out.getvalue() == (
+        f"acme: {len(live)} effects rebuilt from the ledger; no differences\n"
+        "acme: 0 findings rebuilt from the ledger; no differences\n"
+    )
     rebuilt = list(Effect.objects.order_by("effect_id").values())
     assert [dict(r, id=None) for r in rebuilt] == [dict(r, id=None) for r in live]
 

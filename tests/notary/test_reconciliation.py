@@ -490,3 +490,55 @@ def test_findings_are_exported_and_the_offline_verifier_passes(
     assert report.outcomes["COMMITTED"] == 1
     receipt = next(json.loads(x) for x in lines if json.loads(x).get("effect_id") == effect_id)
     assert receipt["receipt"]["final_state"] == "COMMITTED"
+
+
+def test_the_findings_table_is_rebuilt_from_the_ledger_and_checked_against_it(
+    acme: Tenant, stripe_target: Target, localstripe: str, signer: Signer
+) -> None:
+    start = timezone.now() - timedelta(seconds=2)
+    client = stripe_client(localstripe)
+    intent = paid_intent(client, 5_000)
+    by_hand = client.v1.refunds.create(params={"payment_intent": intent, "amount": 300})
+    effect_id = _dispatched(
+        acme, "stripe_refunds", "case-10", {"payment_intent": intent, "amount": 5}
+    )
+    _committed(acme, effect_id, "re_missing")
+    reconcile(acme, stripe_target, start)
+    ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+    live = finding_rows(acme)
+    assert len(live) == 2
+    assert "acme: the findings table is the ledger's" in run_command(
+        "rebuild_effects", tenant="acme", check=True
+    )
+
+    ReconciliationFinding.objects.filter(provider_ref=by_hand.id).delete()
+    ReconciliationFinding.objects.filter(effect_id=effect_id).update(seq=999, kind="duplicate")
+
+    with pytest.raises(CommandError, match="findings table differs from the ledger for acme"):
+        run_command("rebuild_effects", tenant="acme", check=True)
+    with pytest.raises(CommandError) as failed:
+        run_command("verify_ledger", log=acme.log.origin, no_progress=True)
+    problems = str(failed.value)
+    assert f"finding stripe_refunds not_admitted {by_hand.id}: in the ledger, missing" in problems
+    assert f"finding stripe_refunds not_shown {effect_id}: in the ledger, missing" in problems
+    assert (
+        f"finding stripe_refunds duplicate {effect_id}: in the findings table, not in" in problems
+    )
+    assert len(finding_rows(acme)) == 1  # --check and verify_ledger wrote nothing
+
+    out = run_command("rebuild_effects", tenant="acme")
+
+    assert "acme: 2 findings rebuilt from the ledger; 3 differed" in out
+    assert finding_rows(acme) == live
+    assert run_command("verify_ledger", log=acme.log.origin, no_progress=True).startswith("OK ")
+
+
+def finding_rows(tenant: Tenant) -> list[dict[str, Any]]:
+    rows = ReconciliationFinding.objects.filter(tenant=tenant).order_by("seq").values()
+    return [{k: v for k, v in row.items() if k != "id"} for row in rows]
+
+
+def run_command(command: str, **options: object) -> str:
+    out = io.StringIO()
+    call_command(command, stdout=out, **options)
+    return out.getvalue()
