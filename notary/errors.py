@@ -32,3 +32,14 @@ class NotaryConflict(Exception):
         self.code = code
         self.detail = detail
         self.extra = extra
+
+
+class NotaryDependencyFailed(Exception):
+    """Well-formed and allowed, but what the notary needs from outside itself for it failed (a
+    provider's list that could not be read); nothing was written, and the same request may
+    succeed later. Not the caller's input, and not the notary's fault either."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail

@@ -10,7 +10,13 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from ledger.services import LedgerInputError
-from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.errors import (
+    NotaryConflict,
+    NotaryDependencyFailed,
+    NotaryForbidden,
+    NotaryInputError,
+    NotaryNotFound,
+)
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -25,6 +31,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response({"error": exc.code, "detail": exc.detail}, status=403)
     if isinstance(exc, NotaryConflict):
         return Response({"error": exc.code, "detail": exc.detail, **exc.extra}, status=409)
+    if isinstance(exc, NotaryDependencyFailed):
+        # 424 Failed Dependency: not a 5xx, the notary itself did what it should; not a 409,
+        # the ledger's state does not refuse it, and the same request may succeed later.
+        return Response({"error": exc.code, "detail": exc.detail}, status=424)
     response = exception_handler(exc, context)
     if response is None:
         return None

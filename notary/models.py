@@ -484,7 +484,10 @@ class ReconciliationFinding(models.Model):
                 name="finding_kind_valid",
             ),
         ]
-        indexes = [models.Index(fields=["tenant", "effect_id"], name="finding_effect")]
+        indexes = [
+            models.Index(fields=["tenant", "effect_id"], name="finding_effect"),
+            models.Index(fields=["tenant", "seq"], name="finding_seq"),  # the API's pages
+        ]
 
     def __str__(self) -> str:
         return f"{self.target}: {self.kind} {self.subject}"

@@ -11,9 +11,11 @@ writes nothing new. No finding changes an effect's state."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import resend
 import stripe
@@ -26,6 +28,7 @@ from gate_client.adapters.stripe_refunds import refunds_created
 from gate_client.http_target import effects_created
 from gate_client.reconciliation import (
     Finding,
+    FindingKind,
     ProviderRecord,
     ReconciliationError,
     Window,
@@ -35,7 +38,7 @@ from ledger.core.entries import EntryKind
 from ledger.selectors import effect_entries
 from ledger.services import NewEntry, append_entries, lock_log
 from notary import selectors
-from notary.errors import NotaryConflict, NotaryInputError
+from notary.errors import NotaryConflict, NotaryDependencyFailed, NotaryInputError
 from notary.models import (
     Effect,
     ReconciliationFinding,
@@ -48,6 +51,7 @@ from notary.projection import effect_fields, finding_fields
 
 PROVIDER_TIMEOUT_SECONDS = 20.0
 MAX_WINDOW = timedelta(days=31)  # one run lists at most this much of the provider's history
+DEFAULT_SPAN = timedelta(days=1)  # a window given no since: the day before its until
 STRIPE_API = "https://api.stripe.com"
 RESEND_API = "https://api.resend.com"
 
@@ -62,6 +66,16 @@ class Reconciliation:
     listed: int
     findings: list[Finding]
     written: list[ReconciliationFinding]
+
+    def totals(self) -> dict[str, Any]:
+        """How many findings it made, wrote and found recorded before, and by kind."""
+        by_kind = Counter(str(f.kind) for f in self.findings)
+        return {
+            "found": len(self.findings),
+            "written": len(self.written),
+            "recorded_before": len(self.findings) - len(self.written),
+            "by_kind": {str(kind): by_kind[kind] for kind in FindingKind},
+        }
 
 
 @transaction.atomic(durable=True)
@@ -103,20 +117,28 @@ def reconciliation_source_set(
 
 
 def target_reconcile(
-    *, tenant: Tenant, target: Target, since: datetime, until: datetime
+    *,
+    tenant: Tenant,
+    target: Target,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> Reconciliation:
-    """Reconcile one target of the tenant over [since, until): list the provider, compare, and
-    record the new findings. NotaryInputError for a bad window or a target with no source;
-    NotaryConflict("provider_unavailable") when the provider cannot be listed (nothing is
-    recorded: a list that could not be read proves nothing)."""
+    """Reconcile one target of the tenant over [since, until) (by default until now, and since
+    DEFAULT_SPAN before until): list the provider, compare, and record the new findings.
+    NotaryInputError for a bad window; NotaryConflict("no_reconciliation_source") for a target
+    with no source; NotaryDependencyFailed("provider_unavailable") when the provider cannot be
+    listed (nothing is recorded: a list that could not be read proves nothing)."""
     if target.tenant_id != tenant.pk:
         raise NotaryInputError(f"target {target.name!r} is not {tenant.slug}'s")
     source = ReconciliationSource.objects.filter(target=target).first()
     if source is None:
-        raise NotaryInputError(
-            f"target {target.name!r} has no reconciliation source: set one with "
-            "`manage.py reconciliation_source`"
+        raise NotaryConflict(
+            "no_reconciliation_source",
+            f"target {target.name!r} has no reconciliation source: its operator sets one with "
+            "`manage.py reconciliation_source`",
         )
+    until = until if until is not None else timezone.now()
+    since = since if since is not None else until - DEFAULT_SPAN
     try:
         window = Window(since, until)
     except ReconciliationError as exc:
@@ -128,7 +150,7 @@ def target_reconcile(
     try:
         records = list(provider_records(source, window.listed(source.lookback)))
     except ReconciliationError as exc:
-        raise NotaryConflict("provider_unavailable", f"{target.name}: {exc}") from exc
+        raise NotaryDependencyFailed("provider_unavailable", f"{target.name}: {exc}") from exc
     findings, written = _record_findings(
         tenant=tenant, target=target, window=window, records=records
     )

@@ -52,15 +52,27 @@ from rest_framework.serializers import BaseSerializer, ListSerializer
 
 from gate_client.journal import DispatchRequest
 from gate_client.leases import Lease as LeaseTerms
+from gate_client.money import Money, payload_money
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.protocol import sent_body
+from gate_client.reconciliation import AdmittedEffect, ProviderRecord, Window, compare
 from ledger.api.schema import ErrorOutput, refusal, refusal_lines, status_of
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import Entry, EntryKind, format_timestamp, genesis_hash, seal_entry
 from notary.authentication import ApiKeyPrincipal
-from notary.models import ApiKey, Effect, Lease, LeaseRequest, Role, Target, Tenant
+from notary.models import (
+    ApiKey,
+    Effect,
+    Lease,
+    LeaseRequest,
+    ReconciliationFinding,
+    Role,
+    Target,
+    Tenant,
+)
 from notary.parsers import BoundedJSONParser
-from notary.projection import effect_fields
+from notary.projection import effect_fields, finding_fields
+from notary.reconciliation import Reconciliation
 from webhooks.views import OPENAPI_PATH, openapi_path_item
 
 
@@ -373,11 +385,15 @@ REFUND_TERMS = LeaseTerms(
 PROPOSED_AT = EXAMPLE_AT + timedelta(minutes=2)
 
 
-def _sealed(*items: tuple[str, str, dict[str, Any], datetime]) -> list[Entry]:
-    """Entries 0, 1, ... of the example's log, chained as the ledger chains them."""
+def _sealed(
+    *items: tuple[str, str, dict[str, Any], datetime], after: Entry | None = None
+) -> list[Entry]:
+    """The example log's entries from its first (or the one `after`), chained as the ledger
+    chains them."""
     entries: list[Entry] = []
-    previous = genesis_hash(EXAMPLE_ORIGIN)
-    for seq, (kind, effect_id, body, at) in enumerate(items):
+    previous = after.entry_hash if after is not None else genesis_hash(EXAMPLE_ORIGIN)
+    first = after.seq + 1 if after is not None else 0
+    for seq, (kind, effect_id, body, at) in enumerate(items, start=first):
         entry = seal_entry(
             seq=seq,
             kind=kind,
@@ -538,6 +554,79 @@ STRIPE_REFUND_CREATED = {  # Stripe's refund.created for the demo's refund (webh
         }
     },
 }
+
+
+# Reconciling the payments target over the day after the lease's grant, as the rule finds it:
+# the demo's refund matched; a refund made by hand in the provider's dashboard (no effect id);
+# and a second, smaller refund made by hand with the demo refund's metadata.
+EXAMPLE_WINDOW = Window(EXAMPLE_AT, EXAMPLE_AT + timedelta(days=1))
+EXAMPLE_PAYMENT_INTENT = "pi_3Pq9xK2eZvKYlo2C0m4Qb8Lh"
+
+
+def _refund_record(ref: str, at: datetime, amount: int, effect_id: str | None) -> ProviderRecord:
+    """A refund as the Stripe provider's list shows it (gate_client.adapters.stripe_refunds)."""
+    evidence = {
+        "id": ref,
+        "amount": amount,
+        "currency": "usd",
+        "status": "succeeded",
+        "created": int(at.timestamp()),
+        "payment_intent": EXAMPLE_PAYMENT_INTENT,
+        "metadata": {"interlock_effect_id": effect_id} if effect_id else {},
+    }
+    return ProviderRecord(ref, at, effect_id, evidence, Money(amount, "USD"))
+
+
+EXAMPLE_FINDINGS = compare(
+    [
+        _refund_record(
+            EXAMPLE_RESULT_REF,
+            COMMITTED.created_at,
+            REFUND.payload["amount_cents"],
+            REFUND.effect_id,
+        ),
+        _refund_record("re_3PqA1nd0eZvKYlo2C9x", EXAMPLE_AT + timedelta(hours=3), 1200, None),
+        _refund_record(
+            "re_3PqB7rT2eZvKYlo2C4k", EXAMPLE_AT + timedelta(hours=4), 500, REFUND.effect_id
+        ),
+    ],
+    {
+        REFUND.effect_id: AdmittedEffect(
+            REFUND.effect_id,
+            "COMMITTED",
+            EXAMPLE_RESULT_REF,
+            COMMITTED.created_at,
+            payload_money(REFUND.payload),
+        )
+    },
+    EXAMPLE_WINDOW,
+)
+EXAMPLE_FOUND_AT = EXAMPLE_WINDOW.until + timedelta(minutes=10)
+RECONCILED_ENTRIES = _sealed(
+    *(
+        (
+            EntryKind.RECONCILED,
+            finding.effect_id,
+            finding.body(target=EXAMPLE_TARGET, window=EXAMPLE_WINDOW),
+            EXAMPLE_FOUND_AT,
+        )
+        for finding in EXAMPLE_FINDINGS
+    ),
+    after=COMMITTED,
+)
+
+
+def example_findings() -> list[ReconciliationFinding]:
+    """The ReconciliationFinding rows the example's RECONCILED entries project (unsaved)."""
+    return [ReconciliationFinding(**finding_fields(entry)) for entry in RECONCILED_ENTRIES]
+
+
+def example_reconciliation() -> Reconciliation:
+    """What reconciling the example's window did: three refunds listed, every finding new."""
+    return Reconciliation(example_target(), EXAMPLE_WINDOW, 3, EXAMPLE_FINDINGS, example_findings())
+
+
+RECONCILE_DAY = {"since": timestamp(EXAMPLE_WINDOW.since), "until": timestamp(EXAMPLE_WINDOW.until)}
 
 
 def request_example(name: str, value: dict[str, Any], summary: str) -> OpenApiExample:

@@ -573,8 +573,14 @@ def reconciliation_findings(
     target: str | None = None,
     kind: str | None = None,
     effect_id: str | None = None,
-) -> QuerySet[ReconciliationFinding]:
-    """The tenant's findings, oldest first, of one target, kind or effect when given."""
+    found_since: datetime | None = None,
+    found_until: datetime | None = None,
+    after: int | None = None,
+    limit: int | None = None,
+) -> list[ReconciliationFinding]:
+    """The tenant's findings, oldest first (by their entries' seq), of one target, kind or
+    effect when given, found in [found_since, found_until), of a seq above `after`, at most
+    `limit` of them."""
     findings = ReconciliationFinding.objects.filter(tenant=tenant)
     if target is not None:
         findings = findings.filter(target=target)
@@ -582,7 +588,14 @@ def reconciliation_findings(
         findings = findings.filter(kind=kind)
     if effect_id is not None:
         findings = findings.filter(effect_id=effect_id)
-    return findings.order_by("seq")
+    if found_since is not None:
+        findings = findings.filter(found_at__gte=found_since)
+    if found_until is not None:
+        findings = findings.filter(found_at__lt=found_until)
+    if after is not None:
+        findings = findings.filter(seq__gt=after)
+    findings = findings.order_by("seq")
+    return list(findings[:limit] if limit is not None else findings)
 
 
 def reconciliation_sources_enabled() -> list[int]:

@@ -7,6 +7,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -14,6 +15,7 @@ from gate_client.budgets import MAX_WINDOW_SECONDS, BudgetPer
 from gate_client.mandates import MAX_TOKEN
 from gate_client.money import AMOUNT_FIELDS
 from gate_client.protocol import AGENT_VERDICT_KINDS, COMMITTED_STATES
+from gate_client.reconciliation import FindingKind
 from ledger.api.schema import ErrorOutput
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, check_depth
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, format_timestamp
@@ -42,6 +44,8 @@ CASE_CLASS_HELP = "a standing lease: every case the proposal says is of this cla
 CASE_PATTERN_HELP = 'a standing lease: every case id matching this pattern ("RF-*")'
 HASH_MESSAGE = "payload_hash must be 64 lowercase hex digits (SHA-256)"
 TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TARGET_NAME
+FINDING_KINDS = [str(kind) for kind in FindingKind]  # SPECTACULAR_SETTINGS' FindingKindEnum
+OUTCOME_KINDS = sorted(AGENT_VERDICT_KINDS)  # and its KindEnum
 
 
 # JSON bodies are typed: a field the schema declares a string, integer, number or boolean takes
@@ -86,6 +90,21 @@ class StrictIntegerField(_JsonNumber, serializers.IntegerField):
 
 class StrictFloatField(_JsonNumber, serializers.FloatField):
     pass
+
+
+class AwareDateTimeField(_JsonString, serializers.DateTimeField):
+    """A date-time with its offset (RFC 3339's): one without is refused, not read as UTC."""
+
+    default_error_messages = {
+        **serializers.DateTimeField.default_error_messages,
+        "invalid": "an RFC 3339 date-time with its offset, e.g. 2026-12-01T09:00:00Z",
+        "naive": "a date-time with its offset (Z for UTC)",
+    }
+
+    def enforce_timezone(self, value: Any) -> Any:
+        if timezone.is_naive(value):
+            self.fail("naive")
+        return super().enforce_timezone(value)
 
 
 class StrictBooleanField(serializers.BooleanField):
@@ -500,7 +519,7 @@ class OutcomeBodyField(serializers.DictField):
 
 
 class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
-    kind = serializers.ChoiceField(choices=sorted(AGENT_VERDICT_KINDS))
+    kind = serializers.ChoiceField(choices=OUTCOME_KINDS)
     body = OutcomeBodyField(validators=[bounded_depth])
 
 
@@ -683,3 +702,104 @@ class ConflictOutput(ErrorOutput):
     held_by = serializers.CharField(
         required=False, help_text="held: the effect waiting for a person that holds this one"
     )
+
+
+class FindingsQueryInput(LimitInput):
+    """Which of the tenant's findings, oldest first (by seq); a page ends at `limit`, and the
+    next starts `after` the last seq it showed."""
+
+    target = StrictRegexField(
+        TARGET_NAME,
+        max_length=MAX_TARGET_NAME,
+        required=False,
+        error_messages={"invalid": "target name: 1-63 of a-z, 0-9, '_' and '-'"},
+    )
+    kind = serializers.ChoiceField(choices=FINDING_KINDS, required=False)
+    effect_id = text(MAX_EFFECT_ID_LENGTH, required=False, help_text="the findings of one effect")
+    found_since = AwareDateTimeField(required=False, help_text="found at or after")
+    found_until = AwareDateTimeField(required=False, help_text="found before")
+    after = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_SAFE_INTEGER,
+        required=False,
+        help_text="only findings of a later seq: the last seq of the page before",
+    )
+
+
+class ReconcileInput(serializers.Serializer):  # type: ignore[type-arg]
+    """The window [since, until): at most 31 days, ending now or before."""
+
+    since = AwareDateTimeField(required=False, help_text="default: until minus 24 hours")
+    until = AwareDateTimeField(required=False, help_text="default: now")
+
+
+class FindingWindowOutput(serializers.Serializer):  # type: ignore[type-arg]
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+
+
+class MoneyOutput(serializers.Serializer):  # type: ignore[type-arg]
+    amount_minor = serializers.IntegerField(help_text="in the currency's minor unit (cents)")
+    currency = serializers.CharField(help_text='ISO 4217, upper case; "" when none is named')
+
+
+class FindingAmountsOutput(serializers.Serializer):  # type: ignore[type-arg]
+    admitted = MoneyOutput(help_text="what the effect's payload says it moves")
+    provider = MoneyOutput(help_text="what the provider's object moved")
+
+
+class FindingOutput(serializers.Serializer):  # type: ignore[type-arg]
+    """A reconciliation finding, from its RECONCILED ledger entry: evidence for a person,
+    never a verdict."""
+
+    seq = serializers.IntegerField(
+        help_text="its RECONCILED ledger entry (proved by GET /v1/proofs/inclusion?index=seq)"
+    )
+    found_at = serializers.DateTimeField()
+    target = serializers.CharField()
+    kind = serializers.ChoiceField(choices=FINDING_KINDS)
+    window = FindingWindowOutput(source="*", help_text="the window it was found in")
+    effect_id = serializers.CharField(
+        help_text='the admitted effect it is about; "" for an object no admitted effect asked for'
+    )
+    state = serializers.CharField(
+        source="body.state", default="", help_text='the effect\'s final state when found; "": none'
+    )
+    claimed_effect_id = serializers.CharField(
+        source="body.claimed_effect_id",
+        allow_null=True,
+        help_text="not_admitted: the effect id the object names, one the tenant never admitted",
+    )
+    provider_ref = serializers.CharField(help_text='the provider\'s object; "" for not_shown')
+    provider_created_at = serializers.DateTimeField(
+        source="body.provider_created_at", allow_null=True
+    )
+    evidence = serializers.DictField(
+        source="body.evidence",
+        allow_null=True,
+        help_text="the provider's record, as it showed it; null for not_shown",
+    )
+    amounts = FindingAmountsOutput(
+        source="body.amounts", allow_null=True, help_text="amount_differs: both sides"
+    )
+
+
+class ReconcileTotalsOutput(serializers.Serializer):  # type: ignore[type-arg]
+    found = serializers.IntegerField(help_text="every finding the comparison made")
+    written = serializers.IntegerField(help_text="the ones this run recorded")
+    recorded_before = serializers.IntegerField(help_text="the ones an earlier run recorded")
+    by_kind = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="the findings made, by kind: " + ", ".join(FINDING_KINDS),
+    )
+
+
+class ReconcileOutput(serializers.Serializer):  # type: ignore[type-arg]
+    target = serializers.CharField()
+    window = FindingWindowOutput()
+    listed = serializers.IntegerField(
+        help_text="the objects the provider listed (over the window, from the source's "
+        "lookback before it to five minutes after it)"
+    )
+    totals = ReconcileTotalsOutput()
+    findings = FindingOutput(many=True, help_text="the findings this run wrote")

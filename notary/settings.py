@@ -243,6 +243,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A finding's kind and an outcome's kind are two enums, each with its own stable name.
+    "ENUM_NAME_OVERRIDES": {
+        "KindEnum": "notary.serializers.OUTCOME_KINDS",
+        "FindingKindEnum": "notary.serializers.FINDING_KINDS",
+    },
     # The webhook receiver is a plain Django view: its path is added to the schema here.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

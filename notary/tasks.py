@@ -13,7 +13,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from notary import notifications, reconciliation, selectors, services
-from notary.errors import NotaryConflict
+from notary.errors import NotaryDependencyFailed
 from notary.models import ReconciliationSource, Tenant
 
 # A notice's send is retried this many times, waiting twice as long each time from the base.
@@ -100,7 +100,7 @@ def reconcile_target(self: Any, source_id: int) -> Any:
         done = reconciliation.target_reconcile(
             tenant=target.tenant, target=target, since=window.since, until=window.until
         )
-    except NotaryConflict as exc:  # the provider could not be listed: nothing was recorded
+    except NotaryDependencyFailed as exc:  # the provider could not be listed: nothing recorded
         if self.request.retries < RECONCILE_RETRIES:
             return self.retry(countdown=RECONCILE_RETRY_SECONDS, throw=False)
         return {"error": exc.detail}

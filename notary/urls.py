@@ -15,6 +15,7 @@ from notary.views import (
     EffectReceiptView,
     EffectUnsettledView,
     ExportReceiptsView,
+    FindingListView,
     LeaseDetailView,
     LeaseFromMandateView,
     LeaseGrantView,
@@ -22,6 +23,7 @@ from notary.views import (
     LeaseRevokeView,
     TargetDetailView,
     TargetListView,
+    TargetReconcileView,
     WhoAmIView,
 )
 
@@ -68,6 +70,8 @@ urlpatterns = [
     path("v1/leases/<id:lease_id>/revoke", LeaseRevokeView.as_view(), name="lease-revoke"),
     path("v1/targets", TargetListView.as_view(), name="targets"),
     path("v1/targets/<id:name>", TargetDetailView.as_view(), name="target-detail"),
+    path("v1/targets/<id:name>/reconcile", TargetReconcileView.as_view(), name="target-reconcile"),
+    path("v1/reconciliation/findings", FindingListView.as_view(), name="findings"),
     path("v1/", include("ledger.api.urls")),
     path("v1/attestations", AttestationView.as_view(), name="attestations"),
     path("v1/exports/receipts", ExportReceiptsView.as_view(), name="export-receipts"),

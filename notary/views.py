@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.http import StreamingHttpResponse
@@ -20,11 +20,18 @@ from gate_client.holds import Hold, HoldScope
 from gate_client.ids import effect_id_for
 from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import LeaseState
+from gate_client.reconciliation import ReconciliationError, Window
 from ledger.api.schema import error_responses, input_refusal, refusal
 from ledger.core.entries import Entry as LedgerEntry
-from notary import selectors, services
+from notary import reconciliation, selectors, services
 from notary.authentication import ApiKeyPrincipal, role_required
-from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
+from notary.errors import (
+    NotaryConflict,
+    NotaryDependencyFailed,
+    NotaryForbidden,
+    NotaryInputError,
+    NotaryNotFound,
+)
 from notary.exports import ExportDamaged, check_state_filter, export_receipts
 from notary.mandates import lease_grant_from_mandate
 from notary.models import DEFAULT_MAX_LEASE_AMOUNT_CENTS, DEFAULT_MAX_LEASE_DURATION, Role
@@ -44,6 +51,7 @@ from notary.schema import (
     EXAMPLE_REQUEST_ID,
     EXAMPLE_TARGET,
     EXAMPLE_TENANT,
+    EXAMPLE_WINDOW,
     FIRST_DISPATCH,
     GRANT_REQUEST,
     GRANT_TERMS,
@@ -56,12 +64,15 @@ from notary.schema import (
     PROPOSE_ONLY,
     PROPOSED,
     PROPOSED_BODY,
+    RECONCILE_DAY,
     REFUND,
     REFUND_TERMS,
     TARGET_PAYMENTS,
     example_effect,
+    example_findings,
     example_lease,
     example_lease_request,
+    example_reconciliation,
     example_target,
     request_example,
     response_example,
@@ -79,6 +90,8 @@ from notary.serializers import (
     EntryOutput,
     EvidenceOutput,
     ExportQueryInput,
+    FindingOutput,
+    FindingsQueryInput,
     LeaseFromMandateInput,
     LeaseGrantInput,
     LeaseOutput,
@@ -89,6 +102,8 @@ from notary.serializers import (
     ProposeOutput,
     ReceiptOutput,
     ReceiptQueryInput,
+    ReconcileInput,
+    ReconcileOutput,
     RecordedEntryOutput,
     TargetInput,
     TargetOutput,
@@ -438,6 +453,55 @@ EXPORT_REFUSALS = [
         ExportDamaged("the checkpoint stored at size 12 signs 11"),
         "the ledger's rows do not prove what the export would say (the database was "
         "altered): run verify_ledger",
+    ),
+]
+
+
+def _window_refused(since: datetime, until: datetime) -> OpenApiExample:
+    try:
+        Window(since, until)
+    except ReconciliationError as refused:
+        return refusal(
+            NotaryInputError(str(refused)), "`since` is not before `until`", name="window_order"
+        )
+    raise AssertionError("the example's window is one")
+
+
+RECONCILE_REFUSALS = [
+    input_refusal(
+        ReconcileInput,
+        {"since": "2026-11-02T09:30:00"},
+        "`since` or `until` is no date-time with its offset",
+        name="invalid_time",
+    ),
+    _window_refused(EXAMPLE_WINDOW.until, EXAMPLE_WINDOW.since),
+    refusal(
+        NotaryInputError(f"a window is at most {reconciliation.MAX_WINDOW.days} days"),
+        "the window is longer than one run lists",
+        name="window_too_long",
+    ),
+    refusal(
+        NotaryInputError("a window ends now or before: the provider has no future"),
+        "`until` is in the future",
+        name="window_in_future",
+    ),
+    TARGET_NOT_FOUND,
+    refusal(
+        NotaryConflict(
+            "no_reconciliation_source",
+            f"target {EXAMPLE_TARGET!r} has no reconciliation source: its operator sets one "
+            "with `manage.py reconciliation_source`",
+        ),
+        "the target has no provider to list: nothing to reconcile it with",
+    ),
+    refusal(
+        NotaryDependencyFailed(
+            "provider_unavailable",
+            f"{EXAMPLE_TARGET}: Stripe refused the refund list: AuthenticationError (HTTP 401, "
+            "no code)",
+        ),
+        "the provider could not be listed (down, the key refused, an answer that is no list): "
+        "nothing was recorded; the same request may succeed later",
     ),
 ]
 
@@ -1108,3 +1172,106 @@ class ExportReceiptsView(APIView):
         return StreamingHttpResponse(
             itertools.chain([first], lines), content_type="application/x-ndjson"
         )
+
+
+def _reconciled(done: reconciliation.Reconciliation) -> dict[str, Any]:
+    return {
+        "target": done.target.name,
+        "window": done.window,
+        "listed": done.listed,
+        "totals": done.totals(),
+        "findings": done.written,
+    }
+
+
+class TargetReconcileView(APIView):
+    permission_classes = [role_required(Role.APPROVER)]
+
+    @extend_schema(
+        summary="Reconcile a target with its provider",
+        description="Lists what the target's provider did in [`since`, `until`) (by default "
+        "the last 24 hours; at most 31 days, ending now or before), compares it with the "
+        "tenant's admitted effects and records each new finding as a RECONCILED ledger entry: "
+        "an object no admitted effect asked for, a happened effect the provider does not show, "
+        "an object of an effect not committed, a duplicate, an amount that differs from the "
+        "effect's payload. A finding is evidence for a person; it changes no effect's state. "
+        "The answer holds the findings this run wrote (201; 200 when every one was recorded "
+        "before) and the totals of all it made. A provider that cannot be listed is a 424 "
+        "`provider_unavailable` and records nothing: a list that could not be read proves "
+        "nothing. The target's provider and key are its reconciliation source, set by the "
+        "notary's operator.",
+        request=ReconcileInput,
+        responses={
+            200: ReconcileOutput,
+            201: ReconcileOutput,
+            **error_responses(*RECONCILE_REFUSALS, schemas=CONFLICT_SCHEMAS),
+        },
+        examples=[
+            request_example("day", RECONCILE_DAY, "the day after the demo's lease was granted"),
+            response_example(
+                "found",
+                ReconcileOutput(_reconciled(example_reconciliation())).data,
+                "three refunds listed: the demo's matched, one made by hand, one made again "
+                "by hand with the demo refund's metadata for 5.00",
+                201,
+            ),
+        ],
+    )
+    def post(self, request: Request, name: str) -> Response:
+        given = ReconcileInput(data=request.data)
+        given.is_valid(raise_exception=True)
+        tenant = _principal(request).tenant
+        done = reconciliation.target_reconcile(
+            tenant=tenant,
+            target=selectors.target_get(tenant=tenant, name=name),
+            since=given.validated_data.get("since"),
+            until=given.validated_data.get("until"),
+        )
+        return Response(
+            ReconcileOutput(_reconciled(done)).data, status=201 if done.written else 200
+        )
+
+
+class FindingListView(APIView):
+    permission_classes = [role_required(Role.AUDITOR, Role.APPROVER)]
+
+    @extend_schema(
+        summary="List reconciliation findings",
+        description="The tenant's reconciliation findings, oldest first (by the seq of their "
+        "RECONCILED ledger entries), of one target, kind or effect and found in "
+        "[`found_since`, `found_until`) when given: each with its seq, its window, the effect "
+        "and its state when found, and the provider's record as the evidence (for "
+        "`amount_differs`, both amounts). At most `limit` a page; the next page is `after` the "
+        "last seq shown. A finding is evidence for a person, never a verdict.",
+        parameters=[FindingsQueryInput],
+        responses={
+            200: FindingOutput(many=True),
+            **error_responses(
+                input_refusal(FindingsQueryInput, {"kind": "missing"}, "`kind` is no finding's")
+            ),
+        },
+        examples=[
+            response_example(
+                finding.kind,
+                FindingOutput(finding).data,
+                f"reconciling the demo's target over a day found {summary}",
+                200,
+            )
+            for finding, summary in zip(
+                example_findings(),
+                [
+                    "a second refund for the demo's effect, for 5.00 where its payload says 20.00",
+                    "that second refund: a duplicate of the demo's",
+                    "a refund made by hand, naming no effect",
+                ],
+                strict=True,
+            )
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        given = FindingsQueryInput(data=request.query_params.dict())
+        given.is_valid(raise_exception=True)
+        findings = selectors.reconciliation_findings(
+            tenant=_principal(request).tenant, **given.validated_data
+        )
+        return Response(FindingOutput(findings, many=True).data)

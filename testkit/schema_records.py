@@ -1,6 +1,8 @@
 """What a schema fuzzer runs against besides generated ids: a tenant with a target, a lease, an
 effect proposed and dispatched under it (attempt 1, no outcome yet), a key of each role and,
-given a signer, a signed checkpoint, so operations also meet records that exist."""
+given a signer, a signed checkpoint, so operations also meet records that exist. The target's
+reconciliation source names a provider nothing answers at, so a reconciliation meets its
+provider_unavailable refusal."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ from ledger import services as ledger_services
 from ledger.core.note import Signer
 from notary import services
 from notary.models import Tenant
+from notary.reconciliation import reconciliation_source_set
 from testkit.factories import leased
 
 ROLES = ("agent", "approver", "service", "auditor")  # the order roles are tried in
 TARGET = "refunds"
+NO_PROVIDER = "http://127.0.0.1:9"  # the discard port: nothing listens, a connection is refused
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,10 @@ class SchemaRecords:
 
 def schema_records(slug: str, *, signer: Signer | None = None) -> SchemaRecords:
     tenant = services.tenant_create(slug=slug, name=f"Schema fuzzing: {slug}")
-    services.target_register(
+    target = services.target_register(
         tenant=tenant, name=TARGET, tier=1, queryable=True, max_inflight=timedelta(seconds=5)
     )
+    reconciliation_source_set(target=target, provider="reference", base_url=NO_PROVIDER)
     lease = leased(tenant, "case_1", "refund", requested_by="refund-bot")
     proposal = Proposal(
         case_id="case_1",

@@ -215,7 +215,14 @@ def _code_constants(tree: ast.Module) -> dict[str, str]:
     }
 
 
-RAISERS = {"NotaryConflict", "NotaryForbidden", "WebhookRefused", "_BodyRefused", "_error"}
+RAISERS = {
+    "NotaryConflict",
+    "NotaryDependencyFailed",
+    "NotaryForbidden",
+    "WebhookRefused",
+    "_BodyRefused",
+    "_error",
+}
 
 
 def _called(call: ast.Call) -> str:
@@ -272,7 +279,6 @@ ANSWERED_BY_NO_OPERATION = {
     "method_not_allowed": "405 to a method the path does not have: no operation's answer",
     "not_acceptable": "406 to an Accept header that admits no JSON, from DRF's negotiation",
     "error": "DRF's APIException default: nothing here raises a bare APIException",
-    "provider_unavailable": "target_reconcile refuses it: run by manage.py reconcile and beat",
 }
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import stripe
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -21,7 +20,6 @@ from django.utils import timezone
 
 from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds
 from gate_client.http_target import HttpTarget
-from gate_client.proposal import Proposal
 from gate_client.protocol import State, commit_body
 from gate_client.targets import Found, Sent, Tier
 from gate_client.verify import verify_export
@@ -31,14 +29,15 @@ from ledger.core.entries import EntryKind
 from ledger.core.note import Signer
 from ledger.models import Entry
 from notary import selectors, services, tasks
-from notary.errors import NotaryConflict
+from notary.errors import NotaryDependencyFailed
 from notary.exports import export_receipts
 from notary.models import Effect, ReconciliationFinding, ReconciliationSource, Target, Tenant
 from notary.reconciliation import reconciliation_source_set, target_reconcile
-from testkit.factories import leased, register
+from testkit.factories import register
 from testkit.peers.localstripe import paid_intent, running_localstripe, stripe_client
 from testkit.peers.reference_service import RunningServer, running_server
 from testkit.peers.resend_server import RunningResend, running_resend
+from testkit.reconciliation import committed_as, dispatched_with, refund_through_the_gate
 
 LIST_KEY = "ref_list_key_8c1f"
 
@@ -56,36 +55,6 @@ def stripe_target(acme: Tenant, localstripe: str) -> Target:
         target=target, provider="stripe", base_url=localstripe, api_key="sk_test_reconcile"
     )
     return target
-
-
-def refund_through_the_gate(
-    tenant: Tenant, client: stripe.StripeClient, payment_intent: str, case_id: str, amount: int
-) -> tuple[str, str]:
-    """A refund proposed, dispatched, sent by the Stripe adapter and committed with the
-    refund's id, as the gate records one: (effect id, refund id)."""
-    payload = {"payment_intent": payment_intent, "amount": amount}
-    effect_id = _dispatched(tenant, "stripe_refunds", case_id, payload)
-    sent = StripeRefunds(client, tier=Tier.LOOKUP).send(effect_id, payload)
-    assert isinstance(sent, Sent)
-    _committed(tenant, effect_id, sent.result_ref)
-    return effect_id, sent.result_ref
-
-
-def _dispatched(tenant: Tenant, target: str, case_id: str, payload: dict[str, Any]) -> str:
-    lease = leased(tenant, case_id, "refund")
-    proposal = Proposal(case_id, target, "refund", payload, lease.lease_id, tenant=tenant.slug)
-    services.effect_propose(
-        tenant=tenant, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
-    )
-    services.effect_dispatch(
-        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
-    )
-    return proposal.effect_id
-
-
-def _committed(tenant: Tenant, effect_id: str, result_ref: str) -> None:
-    body = {"state": "COMMITTED", "attempt": 1, "result_ref": result_ref, "recheck": None}
-    services.effect_record_outcome(tenant=tenant, effect_id=effect_id, kind="COMMITTED", body=body)
 
 
 def reconcile(tenant: Tenant, target: Target, since: datetime) -> Any:
@@ -133,10 +102,10 @@ def test_a_committed_effect_the_provider_does_not_show_is_reported_and_keeps_its
     acme: Tenant, stripe_target: Target
 ) -> None:
     start = timezone.now() - timedelta(seconds=2)
-    effect_id = _dispatched(
+    effect_id = dispatched_with(
         acme, "stripe_refunds", "case-2", {"payment_intent": "pi_x", "amount": 1}
     )
-    _committed(acme, effect_id, "re_never_made")
+    committed_as(acme, effect_id, "re_never_made")
 
     reconcile(acme, stripe_target, start)
 
@@ -161,7 +130,7 @@ def test_a_duplicate_the_peer_let_through_and_a_refund_of_an_ambiguous_effect_ar
     )
     assert isinstance(again, Sent) and again.result_ref != first
     payload = {"payment_intent": intent, "amount": 700}
-    lost = _dispatched(acme, "stripe_refunds", "case-4", payload)
+    lost = dispatched_with(acme, "stripe_refunds", "case-4", payload)
     made = StripeRefunds(client, tier=Tier.LOOKUP).send(lost, payload)  # the answer was lost
     assert isinstance(made, Sent)
     services.effect_record_outcome(tenant=acme, effect_id=lost, kind="AMBIGUOUS", body={})
@@ -212,7 +181,7 @@ def test_a_hand_refund_for_another_amount_a_lookup_committed_as_the_effect_s_is_
     client = stripe_client(localstripe)
     intent = paid_intent(client, 10_000)
     payload = {"payment_intent": intent, "amount": 2_500}
-    effect_id = _dispatched(acme, "stripe_refunds", "case-8", payload)
+    effect_id = dispatched_with(acme, "stripe_refunds", "case-8", payload)
     by_hand = client.v1.refunds.create(
         params={"payment_intent": intent, "amount": 1_000, "metadata": {METADATA_KEY: effect_id}}
     )
@@ -254,7 +223,7 @@ def test_a_second_tenant_sees_none_of_it_and_its_effect_ids_match_nothing_of_the
     client = stripe_client(localstripe)
     intent = paid_intent(client, 5_000)
     register(globex, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30))
-    theirs = _dispatched(
+    theirs = dispatched_with(
         globex, "stripe_refunds", "case-1", {"payment_intent": intent, "amount": 1}
     )
     # A refund in acme's account naming globex's effect: not an effect acme admitted.
@@ -289,10 +258,10 @@ def test_the_reference_service_list_finds_an_act_around_the_gate(
         "ledger_svc", reference.url, Tier.LOOKUP, True, None, timedelta(seconds=10)
     )
     payload = {"amount": 400, "currency": "USD"}
-    effect_id = _dispatched(acme, "ledger_svc", "case-9", payload)
+    effect_id = dispatched_with(acme, "ledger_svc", "case-9", payload)
     sent = service.send(effect_id, payload)
     assert isinstance(sent, Sent)
-    _committed(acme, effect_id, sent.result_ref)
+    committed_as(acme, effect_id, sent.result_ref)
     # Someone posts to the service directly, with an id the gate never gave out.
     request = urllib.request.Request(
         f"{reference.url}/effects",
@@ -318,7 +287,7 @@ def test_a_provider_that_refuses_the_key_records_nothing(
     reconciliation_source_set(
         target=target, provider="reference", base_url=reference.url, api_key="wrong"
     )
-    with pytest.raises(NotaryConflict) as refused:
+    with pytest.raises(NotaryDependencyFailed) as refused:
         reconcile(acme, target, timezone.now() - timedelta(hours=1))
     assert refused.value.code == "provider_unavailable"
     assert "HTTP 401" in refused.value.detail and "wrong" not in refused.value.detail
@@ -339,7 +308,7 @@ def test_resend_emails_are_reconciled_where_the_key_allows(
     reconciliation_source_set(
         target=target, provider="resend", base_url=resend_peer.url, api_key="re_send_only"
     )
-    with pytest.raises(NotaryConflict, match="restricted_api_key"):
+    with pytest.raises(NotaryDependencyFailed, match="restricted_api_key"):
         reconcile(acme, target, start)
     reconciliation_source_set(
         target=target, provider="resend", base_url=resend_peer.url, api_key="re_full_access"
@@ -443,10 +412,10 @@ def test_the_admin_lists_findings_with_evidence_and_the_effect_page_shows_them(
     client = stripe_client(localstripe)
     intent = paid_intent(client, 5_000)
     by_hand = client.v1.refunds.create(params={"payment_intent": intent, "amount": 640})
-    effect_id = _dispatched(
+    effect_id = dispatched_with(
         acme, "stripe_refunds", "case-5", {"payment_intent": intent, "amount": 5}
     )
-    _committed(acme, effect_id, "re_missing")
+    committed_as(acme, effect_id, "re_missing")
     reconcile(acme, stripe_target, start)
     browser = Client()
     browser.force_login(User.objects.create_superuser("olga", "olga@example.com", "pw-olga-1"))
@@ -476,10 +445,10 @@ def test_findings_are_exported_and_the_offline_verifier_passes(
     client = stripe_client(localstripe)
     intent = paid_intent(client, 5_000)
     client.v1.refunds.create(params={"payment_intent": intent, "amount": 100})
-    effect_id = _dispatched(
+    effect_id = dispatched_with(
         acme, "stripe_refunds", "case-6", {"payment_intent": intent, "amount": 5}
     )
-    _committed(acme, effect_id, "re_missing")
+    committed_as(acme, effect_id, "re_missing")
     reconcile(acme, stripe_target, start)
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)
 
@@ -499,10 +468,10 @@ def test_the_findings_table_is_rebuilt_from_the_ledger_and_checked_against_it(
     client = stripe_client(localstripe)
     intent = paid_intent(client, 5_000)
     by_hand = client.v1.refunds.create(params={"payment_intent": intent, "amount": 300})
-    effect_id = _dispatched(
+    effect_id = dispatched_with(
         acme, "stripe_refunds", "case-10", {"payment_intent": intent, "amount": 5}
     )
-    _committed(acme, effect_id, "re_missing")
+    committed_as(acme, effect_id, "re_missing")
     reconcile(acme, stripe_target, start)
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)
     live = finding_rows(acme)

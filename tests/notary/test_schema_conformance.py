@@ -78,6 +78,7 @@ SEMANTIC = {
     "GET /v1/proofs/inclusion": "index < size",
     "GET /v1/proofs/consistency": "old <= new, new a size the log has reached",
     "GET /v1/exports/receipts": "from and to are datetimes with a time zone",
+    "POST /v1/targets/{name}/reconcile": "since before until, at most 31 days, ending by now",
 }
 
 CHECKS = [

@@ -1,18 +1,14 @@
 from __future__ import annotations
 
-from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
-from gate_client.reconciliation import Finding, FindingKind
-from notary.errors import NotaryConflict, NotaryInputError
+from gate_client.reconciliation import Finding
+from notary.errors import NotaryConflict, NotaryDependencyFailed, NotaryInputError
 from notary.models import Target, Tenant
 from notary.reconciliation import target_reconcile
-
-DEFAULT_SPAN = timedelta(days=1)
 
 
 def _moment(value: str, flag: str) -> datetime:
@@ -46,11 +42,11 @@ class Command(BaseCommand):
         target = Target.objects.filter(tenant=tenant, name=options["target"]).first()
         if target is None:
             raise CommandError(f"{tenant.slug} has no target {options['target']!r}")
-        until = _moment(options["until"], "--until") if options["until"] else timezone.now()
-        since = _moment(options["since"], "--since") if options["since"] else until - DEFAULT_SPAN
+        until = _moment(options["until"], "--until") if options["until"] else None
+        since = _moment(options["since"], "--since") if options["since"] else None
         try:
             done = target_reconcile(tenant=tenant, target=target, since=since, until=until)
-        except (NotaryInputError, NotaryConflict) as exc:
+        except (NotaryInputError, NotaryConflict, NotaryDependencyFailed) as exc:
             raise CommandError(str(exc)) from exc
         new = {(f.kind, f.subject) for f in done.written}
         self.stdout.write(
@@ -59,11 +55,11 @@ class Command(BaseCommand):
         )
         if done.findings:
             self.stdout.write(_table(done.findings, new))
-        counts = Counter(str(f.kind) for f in done.findings)
-        totals = ", ".join(f"{counts[k]} {k}" for k in FindingKind)
+        totals = done.totals()
+        by_kind = ", ".join(f"{n} {kind}" for kind, n in totals["by_kind"].items())
         self.stdout.write(
-            f"findings: {len(done.findings)} ({totals}); written now: {len(done.written)}, "
-            f"recorded before: {len(done.findings) - len(done.written)}"
+            f"findings: {totals['found']} ({by_kind}); written now: {totals['written']}, "
+            f"recorded before: {totals['recorded_before']}"
         )
 
 
