@@ -241,25 +241,16 @@ def _count(
 def _standing_lease(
     shop: NotaryTenant, action: str, limit: int, *, budgets: list[dict[str, Any]]
 ) -> str:
-    from django.utils import timezone
-
-    from notary import services
-
-    return services.lease_grant(
-        tenant=shop.tenant,
-        approver=shop.approver,
-        case_class=CASE_CLASS,
-        action=action,
-        expires_at=timezone.now() + timedelta(days=7),
-        requested_by="agent",
-        limits={"amount_cents": limit},
-        currency="USD",
-        budgets=budgets,
-    ).lease_id
+    """One approval for every case of the class: each effect at most `limit`, within `budgets`."""
+    return _lease(shop, action, limit, timedelta(days=7), case_class=CASE_CLASS, budgets=budgets)
 
 
 def _case_lease(shop: NotaryTenant, case_id: str, action: str, amount: int) -> str:
     """A person approves this one refund: a lease for the case, at most its amount."""
+    return _lease(shop, action, amount, timedelta(days=1), case_id=case_id)
+
+
+def _lease(shop: NotaryTenant, action: str, limit: int, lasting: timedelta, **scope: Any) -> str:
     from django.utils import timezone
 
     from notary import services
@@ -267,12 +258,12 @@ def _case_lease(shop: NotaryTenant, case_id: str, action: str, amount: int) -> s
     return services.lease_grant(
         tenant=shop.tenant,
         approver=shop.approver,
-        case_id=case_id,
         action=action,
-        expires_at=timezone.now() + timedelta(days=1),
+        expires_at=timezone.now() + lasting,
         requested_by="agent",
-        limits={"amount_cents": amount},
+        limits={"amount_cents": limit},
         currency="USD",
+        **scope,
     ).lease_id
 
 
