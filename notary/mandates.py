@@ -21,9 +21,9 @@ from gate_client.mandates import (
 )
 from gate_client.money import AMOUNT_FIELDS
 from notary.errors import NotaryForbidden, NotaryInputError, NotaryNotFound
-from notary.identities import canonical_holder, same_holder
+from notary.identities import canonical_holder
 from notary.models import ApiKey, Lease, MandateKey, Tenant
-from notary.services import _check_approver, _grant, _lease_terms, _requesting_holder
+from notary.services import check_approver, lease_grant_named, lease_terms
 
 
 @transaction.atomic(durable=True)
@@ -82,7 +82,7 @@ def lease_grant_from_mandate(
     checkout approves exactly its payload, once. The approver names the action, the cases
     and the agent; the lease ends at the mandate's end, or earlier at `expires_at`. The
     mandate, as received, goes into LEASE_GRANTED with the keys that verified it."""
-    _check_approver(tenant=tenant, approver=approver)
+    check_approver(tenant=tenant, approver=approver)
     if amount_field not in AMOUNT_FIELDS:
         raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
     now = timezone.now()
@@ -96,7 +96,7 @@ def lease_grant_from_mandate(
         raise NotaryInputError("the mandate states no end: give the lease an expires_at")
     bound = replace(bound, expires_at=min(ends))
     budget = bound.budget(granted_at=now)
-    terms = _lease_terms(
+    terms = lease_terms(
         case_id=case_id,
         action=action,
         expires_at=min(ends),
@@ -107,14 +107,11 @@ def lease_grant_from_mandate(
         case_pattern=case_pattern,
         budgets=[budget.body()] if budget is not None else [],
     )
-    named = canonical_holder(requested_by)
-    if same_holder(named, approver.holder):
-        raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
-    return _grant(
+    return lease_grant_named(
         tenant=tenant,
         approver=approver,
         terms=terms,
-        requester=_requesting_holder(tenant=tenant, named=named),
+        requested_by=requested_by,
         provenance={"mandate": verified.evidence()},
     )
 

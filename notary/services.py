@@ -334,7 +334,7 @@ def target_register(
 
 
 @dataclass(frozen=True)
-class _LeaseTerms:
+class LeaseTermsChecked:
     case_id: str  # "" for a standing lease, which names a case_class or a case_pattern
     action: str
     expires_at: datetime
@@ -349,7 +349,7 @@ class _LeaseTerms:
 _CURRENCY = re.compile(r"[A-Z]{3}")
 
 
-def _lease_terms(
+def lease_terms(
     *,
     case_id: str,
     action: str,
@@ -360,7 +360,7 @@ def _lease_terms(
     case_class: str | None = None,
     case_pattern: str | None = None,
     budgets: Any = None,
-) -> _LeaseTerms:
+) -> LeaseTermsChecked:
     """What a lease covers, checked as a request and a grant both take it: one case, or, for a
     standing lease, every case of a class or matching a pattern."""
     scopes = {"case_id": case_id, "case_class": case_class, "case_pattern": case_pattern}
@@ -391,7 +391,7 @@ def _lease_terms(
     problem = budget_problem(rolling, currency=money)
     if problem is not None:
         raise NotaryInputError(problem)
-    return _LeaseTerms(
+    return LeaseTermsChecked(
         case_id or "",
         action,
         expires_at,
@@ -422,7 +422,7 @@ def lease_request(
     """Ask for a lease under an agent key: its holder is the requester, whatever anyone types."""
     if requester.role != Role.AGENT or requester.tenant_id != tenant.pk:
         raise NotaryInputError("only an agent key of this tenant requests leases")
-    terms = _lease_terms(
+    terms = lease_terms(
         case_id=case_id,
         action=action,
         expires_at=expires_at,
@@ -454,7 +454,7 @@ def lease_request(
 def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) -> Lease:
     """Grant a lease request on its own terms. Its requester is the holder of the key it was
     made under; an approver holding a key of that holder may not grant it. Once only."""
-    _check_approver(tenant=tenant, approver=approver)
+    check_approver(tenant=tenant, approver=approver)
     request = (
         LeaseRequest.objects.select_for_update()
         .select_related("requested_key")
@@ -468,7 +468,7 @@ def lease_request_grant(*, tenant: Tenant, approver: ApiKey, request_id: str) ->
         raise NotaryConflict(
             "already_granted", f"{request_id} was granted already", lease_id=granted.lease_id
         )
-    terms = _lease_terms(
+    terms = lease_terms(
         case_id=request.case_id,
         action=request.action,
         expires_at=request.expires_at,
@@ -513,8 +513,8 @@ def lease_grant(
     """Grant a lease, recording LEASE_GRANTED in the tenant's ledger in the same transaction.
     `requested_by` names the holder of an agent key of the tenant, compared in canonical form
     (notary.identities); a request made under that key (lease_request) is the stronger way."""
-    _check_approver(tenant=tenant, approver=approver)
-    terms = _lease_terms(
+    check_approver(tenant=tenant, approver=approver)
+    terms = lease_terms(
         case_id=case_id,
         action=action,
         expires_at=expires_at,
@@ -525,14 +525,33 @@ def lease_grant(
         case_pattern=case_pattern,
         budgets=list(budgets or []),
     )
+    return lease_grant_named(
+        tenant=tenant, approver=approver, terms=terms, requested_by=requested_by
+    )
+
+
+@transaction.atomic
+def lease_grant_named(
+    *,
+    tenant: Tenant,
+    approver: ApiKey,
+    terms: LeaseTermsChecked,
+    requested_by: str,
+    provenance: Mapping[str, Any] | None = None,
+) -> Lease:
+    """Grant checked `terms` (lease_terms) to the holder `requested_by` names, with what the
+    grant rests on (`provenance`, e.g. an AP2 mandate) in LEASE_GRANTED: the one grant of
+    named terms, whichever way the terms were made."""
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):
         raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
     requester = _requesting_holder(tenant=tenant, named=named)
-    return _grant(tenant=tenant, approver=approver, terms=terms, requester=requester)
+    return _grant(
+        tenant=tenant, approver=approver, terms=terms, requester=requester, provenance=provenance
+    )
 
 
-def _check_approver(*, tenant: Tenant, approver: ApiKey) -> None:
+def check_approver(*, tenant: Tenant, approver: ApiKey) -> None:
     if approver.role != Role.APPROVER or approver.tenant_id != tenant.pk:
         raise NotaryInputError("only an approver key of this tenant grants leases")
 
@@ -555,14 +574,14 @@ def _grant(
     *,
     tenant: Tenant,
     approver: ApiKey,
-    terms: _LeaseTerms,
+    terms: LeaseTermsChecked,
     requester: str,
     provenance: Mapping[str, Any] | None = None,
 ) -> Lease:
     if same_holder(requester, approver.holder):
         raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
     _check_grant_policy(tenant=tenant, terms=terms)
-    lease_terms = LeaseTerms(
+    granted = LeaseTerms(
         lease_id=f"lease_{secrets.token_hex(12)}",
         case_id=terms.case_id,
         action=terms.action,
@@ -578,11 +597,11 @@ def _grant(
     entry = append_entry(
         log=tenant.log,
         kind=EntryKind.LEASE_GRANTED,
-        body={**lease_terms.body(), "requested_by": requester, **(provenance or {})},
+        body={**granted.body(), "requested_by": requester, **(provenance or {})},
     )
     return Lease.objects.create(
         tenant=tenant,
-        lease_id=lease_terms.lease_id,
+        lease_id=granted.lease_id,
         case_id=terms.case_id,
         action=terms.action,
         limits=terms.limits,
@@ -598,7 +617,7 @@ def _grant(
     )
 
 
-def _check_grant_policy(*, tenant: Tenant, terms: _LeaseTerms) -> None:
+def _check_grant_policy(*, tenant: Tenant, terms: LeaseTermsChecked) -> None:
     """The tenant's policy, as stored now, bounds the amount and the duration of a grant: every
     limit on a field that carries the payload's amount (gate_client.money), whichever it is."""
     policy = Tenant.objects.values("max_lease_amount_cents", "max_lease_duration").get(pk=tenant.pk)
