@@ -343,6 +343,10 @@ WEBHOOK_QUARANTINE_KEEP = env_int("WEBHOOK_QUARANTINE_KEEP", 100)
 WEBHOOK_QUARANTINE_SECONDS = env_int("WEBHOOK_QUARANTINE_SECONDS", 7 * 24 * 3600)
 # A stored event not ingested this long after it arrived had its task lost: the sweep queues it.
 WEBHOOK_INGEST_GRACE_SECONDS = env_int("WEBHOOK_INGEST_GRACE_SECONDS", 60)
+# Queued events ingested per transaction, and batches per ingest_pending task before it makes
+# way for the worker's other tasks (and queues itself again).
+WEBHOOK_INGEST_BATCH = env_int("WEBHOOK_INGEST_BATCH", 50)
+WEBHOOK_INGEST_BATCHES_PER_TASK = env_int("WEBHOOK_INGEST_BATCHES_PER_TASK", 20)
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))

@@ -7,6 +7,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryKind
 from ledger.models import Entry, Log
@@ -14,12 +16,27 @@ from notary import counters
 from webhooks.models import Endpoint, Ingestion, RawEvent
 
 
-def endpoint_for_url(*, public_id: str) -> Endpoint | None:
+def endpoint_for_url(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
+    """The endpoint a provider posts to, with its active secrets (oldest first), in one query:
+    the receiver's only read before it stores the event."""
     try:
         key = uuid.UUID(public_id)
     except ValueError:
         return None
-    return Endpoint.objects.select_related("tenant", "target").filter(public_id=key).first()
+    value = Endpoint._meta.get_field("public_id").get_db_prep_value(key, connection)
+    rows = list(Endpoint.objects.raw(_ENDPOINT_WITH_SECRETS, [value]))
+    if not rows:
+        return None
+    secrets: list[str | None] = [row.active_secret for row in rows]  # type: ignore[attr-defined]
+    return rows[0], [secret for secret in secrets if secret is not None]
+
+
+# Only what receiving reads; any other field of the Endpoint loads on first use.
+_ENDPOINT_WITH_SECRETS = (
+    "SELECT e.id, e.public_id, e.provider, e.tenant_id, e.target_id, s.secret AS active_secret "
+    'FROM "webhooks_endpoint" e LEFT JOIN "webhooks_endpointsecret" s '
+    "ON s.endpoint_id = e.id AND s.retired_at IS NULL WHERE e.public_id = %s ORDER BY s.id"
+)
 
 
 def events_awaiting_ingestion(*, received_before: datetime) -> list[int]:

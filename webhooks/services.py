@@ -9,14 +9,14 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from notary import counters
 from notary import services as notary_services
 from notary.models import Effect, Target, Tenant
-from webhooks import providers, selectors
+from webhooks import providers, queue, selectors
 from webhooks.models import (
     Endpoint,
     EndpointSecret,
@@ -87,47 +87,68 @@ def endpoint_create(
 
 
 def event_receive(
-    *, endpoint: Endpoint, body: bytes, headers: Mapping[str, str]
+    *, endpoint: Endpoint, secrets: Sequence[str], body: bytes, headers: Mapping[str, str]
 ) -> tuple[RawEvent, bool]:
     """Verify and store one request; return the stored event and whether it is new.
 
-    A verified event is stored as it came, append-only; one whose id was stored before adds
-    nothing. A new verified event is queued for ingestion once its row is committed; with the
-    queue down it waits for the periodic sweep. Anything else raises WebhookRefused: kept in
-    the endpoint's bounded quarantine (a digest, not the body) and counted, or, past
-    WEBHOOK_UNVERIFIED_PER_MINUTE for the endpoint, not kept at all. A forgery claims no id."""
+    `secrets` are the endpoint's active ones (selectors.endpoint_for_url reads them with it). A
+    verified event is stored as it came, append-only, by one INSERT that is its own commit
+    (outside a caller's transaction), so the row is durable before anyone is answered; one
+    whose id was stored before adds nothing. A new verified event is queued for ingestion once
+    its row is committed; with the queue down it waits for the periodic sweep. Anything else
+    raises WebhookRefused: kept in the endpoint's bounded quarantine (a digest, not the body)
+    and counted, or, past WEBHOOK_UNVERIFIED_PER_MINUTE for the endpoint, not kept at all. A
+    forgery claims no id."""
     kept = {
         name: headers[name].replace("\x00", "\ufffd")  # PostgreSQL's jsonb holds no NUL
         for name in providers.KEPT_HEADERS
         if name in headers
     }
-    secrets = list(
-        endpoint.secrets.filter(retired_at__isnull=True).values_list("secret", flat=True)
-    )
     try:
         verified = providers.PROVIDERS[endpoint.provider].verify(body, headers, secrets)
     except providers.RequestRefused as refusal:
         _refuse(endpoint=endpoint, body=body, headers=kept, refusal=refusal)
-    existing = RawEvent.objects.filter(
-        endpoint=endpoint, provider_event_id=verified.event_id, verified=True
-    ).first()
-    if existing is not None:
-        return existing, False
-    try:
-        with transaction.atomic():
-            event = RawEvent.objects.create(
-                endpoint=endpoint,
-                provider_event_id=verified.event_id,
-                headers=kept,
-                body=body,
-                verified=True,
-            )
-            transaction.on_commit(lambda: _enqueue(event.pk))
-    except IntegrityError:  # the same event, stored by a concurrent delivery a moment ago
+    event = RawEvent(
+        endpoint=endpoint,
+        received_at=timezone.now(),
+        provider_event_id=verified.event_id,
+        headers=kept,
+        body=body,
+        verified=True,
+        verification_error="",
+    )
+    event.pk = _insert_new(event)
+    if event.pk is None:  # stored before, or by a concurrent delivery a moment ago
         return RawEvent.objects.get(
             endpoint=endpoint, provider_event_id=verified.event_id, verified=True
         ), False
+    raw_event_id = event.pk
+    transaction.on_commit(lambda: _enqueue(raw_event_id))
     return event, True
+
+
+def _insert_new(event: RawEvent) -> int | None:
+    """Insert the verified event unless one with its id is stored (the partial unique index
+    rawevent_unique_verified_id decides, so concurrent deliveries race safely); its id, or
+    None. One statement, one round trip: no savepoint, no read first, and outside a
+    transaction its own commit."""
+    values = [f.get_db_prep_save(getattr(event, f.attname), connection) for f in _INSERTED]
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_NEW, values)
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+# Every column but the id, in the model's order, each value prepared by its field as the ORM would.
+_INSERTED = [field for field in RawEvent._meta.concrete_fields if not field.primary_key]
+# The conflict target names the partial unique index by its columns and condition (PostgreSQL
+# and SQLite both infer it); RETURNING gives nothing when the row was not inserted.
+_COLUMNS = ", ".join(f'"{field.column}"' for field in _INSERTED)
+_INSERT_NEW = (
+    f'INSERT INTO "{RawEvent._meta.db_table}" ({_COLUMNS}) '
+    f"VALUES ({', '.join(['%s'] * len(_INSERTED))}) "
+    "ON CONFLICT (endpoint_id, provider_event_id) WHERE verified DO NOTHING RETURNING id"
+)
 
 
 def _refuse(
@@ -202,8 +223,32 @@ def event_ingest(*, raw_event_id: int) -> Ingestion:
     """Match a verified event to its effect and record it as OBSERVED evidence, settling the
     effect when the evidence can (notary.services.effect_observe); all in one transaction with
     the Ingestion row, so an event is ingested exactly once however often this runs."""
-    event = RawEvent.objects.select_for_update().select_related("endpoint").get(pk=raw_event_id)
-    done = Ingestion.objects.filter(raw_event=event).first()
+    event = _for_ingestion().get(pk=raw_event_id)
+    return _ingest(event, Ingestion.objects.filter(raw_event=event).first())
+
+
+@transaction.atomic(durable=True)
+def events_ingest(*, raw_event_ids: Sequence[int]) -> list[Ingestion]:
+    """event_ingest for several events in one transaction (one commit, each log locked once
+    and kept to the end); returns their Ingestion rows, ids that name no event left out. Each
+    tenant's events go into its log in the order they arrived, and the logs are locked in one
+    order (by tenant), so two batches wait for each other and never deadlock. All or nothing:
+    if one event fails, none is ingested (the caller then takes them one at a time)."""
+    events = list(_for_ingestion().filter(pk__in=raw_event_ids).order_by("endpoint__tenant", "pk"))
+    done = {i.raw_event_id: i for i in Ingestion.objects.filter(raw_event__in=raw_event_ids)}
+    return [_ingest(event, done.get(event.pk)) for event in events]
+
+
+def _for_ingestion() -> QuerySet[RawEvent]:
+    # The raw event's row is the claim: locked until commit, so two ingestions of one event
+    # queue and the second finds the first's Ingestion. Only that row: the endpoint's, tenant's
+    # and log's come along to be read, and the log is locked by effect_observe as it appends.
+    return RawEvent.objects.select_for_update(of=("self",)).select_related(
+        "endpoint__tenant__log", "endpoint__target"
+    )
+
+
+def _ingest(event: RawEvent, done: Ingestion | None) -> Ingestion:
     if done is not None:
         return done
     if not event.verified:
@@ -242,7 +287,7 @@ def _effect_for(
 ) -> Effect | None:
     """The endpoint tenant's effect on the endpoint's target the event speaks of: by the effect
     id the gate put on the request, else (Resend) by the email id the gate committed."""
-    effects = Effect.objects.filter(tenant=endpoint.tenant, target=endpoint.target.name)
+    effects = Effect.objects.filter(tenant_id=endpoint.tenant_id, target=endpoint.target.name)
     if observation.effect_id:
         return effects.filter(effect_id=observation.effect_id).first()
     if observation.result_ref and provider.matches_result_ref:
@@ -251,9 +296,16 @@ def _effect_for(
 
 
 def _enqueue(raw_event_id: int) -> None:
-    from webhooks.tasks import ingest_event
+    """Queue a committed event for ingestion: inline where tasks run eagerly (the embedded mode,
+    no broker), else its id onto the ingestion queue, sending ingest_pending if none is due."""
+    from celery import current_app
+
+    from webhooks.tasks import ingest_event, ingest_pending
 
     try:
-        ingest_event.delay(raw_event_id)
+        if current_app.conf.task_always_eager:
+            ingest_event.delay(raw_event_id)
+        elif queue.add(raw_event_id):
+            ingest_pending.delay()
     except Exception:  # the broker is down: the event is stored, the sweep will ingest it
         log.warning("could not queue raw event %s for ingestion", raw_event_id, exc_info=True)

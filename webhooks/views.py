@@ -32,16 +32,19 @@ def receive(request: HttpRequest, endpoint_id: str) -> JsonResponse:
         response = _error(405, "method_not_allowed", f"{request.method}: providers POST here")
         response["Allow"] = "POST"
         return response
-    endpoint = selectors.endpoint_for_url(public_id=endpoint_id)
-    if endpoint is None:
+    found = selectors.endpoint_for_url(public_id=endpoint_id)
+    if found is None:
         return _error(404, "not_found", "no such webhook endpoint")
+    endpoint, secrets = found
     try:
         body = _read_body(request, settings.WEBHOOK_MAX_BODY_BYTES)
     except _BodyRefused as refused:
         return _error(refused.status, refused.code, refused.detail)
     headers = {name.lower(): value for name, value in request.headers.items()}
     try:
-        event, new = services.event_receive(endpoint=endpoint, body=body, headers=headers)
+        event, new = services.event_receive(
+            endpoint=endpoint, secrets=secrets, body=body, headers=headers
+        )
     except services.WebhookRefused as refused:
         if refused.code != services.RATE_LIMITED:
             return _error(400, refused.code, refused.detail)

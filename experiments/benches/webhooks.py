@@ -8,7 +8,8 @@ turns them into ledger evidence, on gunicorn, PostgreSQL and Redis.
    is a real one, dispatched beforehand. Each request is signed beforehand by the provider's own
    library (stripe, svix): signing is the provider's work, never timed. The notary runs with
    REDIS_URL on a Redis database of its own and CELERY_TASK_ALWAYS_EAGER=false, so the web
-   process verifies, stores and queues; no worker runs meanwhile. Baselines under the same
+   process verifies, stores and queues (the event's id onto webhooks.queue, and an
+   ingest_pending task when none is due); no worker runs meanwhile. Baselines under the same
    concurrency, in the same run: GET /healthz (HTTP and Django, no database) and requests signed
    with the wrong secret (checked, stored unverified, answered 400); and the accepted path again
    with one client. Latency is client side, from sending to the last byte of the answer.
@@ -18,16 +19,17 @@ turns them into ledger evidence, on gunicorn, PostgreSQL and Redis.
    as the floor.
 3. Ingestion: a real Celery worker (`celery --app notary worker --pool solo`) started on the
    backlog the first two parts queued; events/s from its first Ingestion row to its last, and the
-   PostgreSQL sessions it opened. Baseline: services.event_ingest called in this process, one
-   event after another, on further events stored without queueing (the same work without Celery
-   and Redis), on one connection and, as Celery's Django fixup has the worker do, closing the
-   connection after each event.
+   PostgreSQL sessions it opened. Baselines on further events stored without queueing (the same
+   work without Celery and Redis): services.events_ingest called in this process on batches of
+   WEBHOOK_INGEST_BATCH, as the worker's ingest_pending does, and services.event_ingest one
+   event after another, on one connection and, as Celery's Django fixup has the worker do
+   without CELERY_DB_REUSE_MAX, closing the connection after each event.
 
 Effects are proposed and dispatched beforehand through notary.services (a lease each, granted
 by one approver key), so setup is never timed. The benchmark is also a correctness check: every
-valid event must be answered 200 with its id and every forged one 400; every queued event must
-sit in the queue once and be ingested exactly once (one Ingestion row, and one OBSERVED and one
-COMMITTED entry per effect, nothing else in the log); every effect must end
+valid event must be answered 200 with its id and every forged one 400; every stored event must
+sit in the ingestion queue once and be ingested exactly once (one Ingestion row, and one
+OBSERVED and one COMMITTED entry per effect, nothing else in the log); every effect must end
 COMMITTED_ON_EVIDENCE (the projection for all, the receipt re-derived from its whole log with
 verify_receipt for a sample). Anything else aborts with a non-zero exit.
 
@@ -101,13 +103,14 @@ if TYPE_CHECKING:
     from notary.models import ApiKey, Tenant
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/9"
-CELERY_QUEUE = "celery"  # the default queue, where ingest_event.delay sends
+CELERY_QUEUE = "celery"  # the default queue, where ingest_pending.delay sends
 TENANT = "acme"
 PROVIDERS = ("stripe", "resend")
 TARGET_OF = {"stripe": "refunds", "resend": "mail"}
 ACTION_OF = {"stripe": "refund", "resend": "email"}
 GOAL_ACCEPTED_PER_SECOND = 1000.0
 GOAL_P99_SECONDS = 0.050
+GOAL_INGESTED_PER_SECOND = 500.0
 SETTLED = "COMMITTED_ON_EVIDENCE"
 WARMUP_PER_CLIENT = 10  # valid events each client posts, untimed, before the timed runs
 PROFILE_WARMUP = 4
@@ -415,8 +418,13 @@ def own_redis(redis_url: str) -> redis.Redis:
     return client
 
 
-def queued(client: redis.Redis) -> int:
-    return int(client.llen(CELERY_QUEUE))
+def queued(client: redis.Redis) -> tuple[int, int, int]:
+    """Event ids in the ingestion queue, how many of them distinct, and the Celery tasks
+    queued to drain it."""
+    from webhooks import queue
+
+    ids = [int(raw_event_id) for raw_event_id in client.lrange(queue.PENDING, 0, -1)]
+    return len(ids), len(set(ids)), int(client.llen(CELERY_QUEUE))
 
 
 # --- In process: where an accepted request's time goes ------------------------------------------
@@ -425,10 +433,10 @@ _TABLE = re.compile(r'(?:FROM|INTO|UPDATE)\s+"(\w+)"')
 
 # What each SQL statement of the accept path is for.
 SQL_DOES = {
-    "SELECT webhooks_endpoint": "the endpoint, with its tenant and target",
+    "SELECT webhooks_endpoint": "the endpoint, with its active secrets",
     "SELECT webhooks_endpointsecret": "its active secrets",
     "SELECT webhooks_rawevent": "a verified event with this id stored before?",
-    "INSERT webhooks_rawevent": "store the event (BEGIN included)",
+    "INSERT webhooks_rawevent": "store the event unless its id is (its own commit)",
 }
 
 
@@ -499,7 +507,7 @@ def instrument(stack: ExitStack, parts: Parts) -> None:
     stack.enter_context(db.execute_wrapper(sql_timer(lambda s, t: parts.add(sql_label(s), t))))
     for target, name, label in (
         (providers.WebhookProvider, "verify", "signature check (provider library)"),
-        (services, "_enqueue", "enqueue: ingest_event.delay, to Redis"),
+        (services, "_enqueue", ENQUEUE_LABEL),
         (db, "_commit", "COMMIT"),
         (db, "is_usable", "connection health check (SELECT 1)"),
         (SQLCompiler, "as_sql", ORM_LABEL),
@@ -643,7 +651,7 @@ def tail(var_dir: Path) -> str:
 @dataclass(frozen=True)
 class Direct:
     seconds: list[float]  # per event_ingest call
-    queries: list[int]
+    queries: list[float]
     sql_seconds: list[float]
     sessions: int  # PostgreSQL sessions opened meanwhile
 
@@ -652,41 +660,68 @@ class Direct:
         return len(self.seconds) / sum(self.seconds)
 
 
-def ingest_directly(requests: Sequence[Request], database_url: str, *, reconnect: bool) -> Direct:
+def ingest_directly(
+    requests: Sequence[Request], database_url: str, *, reconnect: bool = False, batch: bool = False
+) -> Direct:
     """The baselines for the worker: the same events stored by services.event_receive without
-    queueing, then services.event_ingest called here, one after another, SQL counted; with
-    `reconnect`, the database connection closed after each call, as Celery's Django fixup does
-    around every task (its close_database, without CELERY_DB_REUSE_MAX)."""
+    queueing, then ingested here, SQL counted: services.event_ingest one event after another,
+    or with `batch` services.events_ingest on WEBHOOK_INGEST_BATCH at a time (each event's
+    figures its batch's share); with `reconnect`, the database connection closed after each
+    call, as Celery's Django fixup does around every task (its close_database, without
+    CELERY_DB_REUSE_MAX)."""
+    from django.conf import settings
     from django.db import connection
 
-    from webhooks import services
+    from webhooks import selectors, services
     from webhooks.models import Endpoint
 
-    endpoints = {endpoint.provider: endpoint for endpoint in Endpoint.objects.all()}
+    endpoints = {
+        endpoint.provider: selectors.endpoint_for_url(public_id=str(endpoint.public_id))
+        for endpoint in Endpoint.objects.all()
+    }
     with mock.patch.object(services, "_enqueue", lambda raw_event_id: None):
         stored = []
         for request in requests:
+            found = endpoints[request.label]
+            assert found is not None
             event, new = services.event_receive(
-                endpoint=endpoints[request.label], body=request.body, headers=dict(request.headers)
+                endpoint=found[0],
+                secrets=found[1],
+                body=request.body,
+                headers=dict(request.headers),
             )
             if not (event.verified and new):
                 raise SystemExit(f"direct: {request.event_id} not stored as a new verified event")
             stored.append(event.pk)
-    seconds, queries, sql_seconds = [], [], []
+    size = settings.WEBHOOK_INGEST_BATCH if batch else 1
+    seconds: list[float] = []
+    queries: list[float] = []
+    sql_seconds: list[float] = []
     statements: list[float] = []
     timed_sql = sql_timer(lambda _statement, seconds: statements.append(seconds))
-    desc = "event_ingest, reconnecting" if reconnect else "event_ingest"
+    desc = (
+        "events_ingest" if batch else "event_ingest, reconnecting" if reconnect else "event_ingest"
+    )
     sessions = pg_sessions(database_url)
-    with connection.execute_wrapper(timed_sql):
-        for raw_event_id in bar(stored, desc=desc, unit="event"):
+    with (
+        connection.execute_wrapper(timed_sql),
+        bar(total=len(stored), desc=desc, unit="event") as done,
+    ):
+        for start in range(0, len(stored), size):
+            ids = stored[start : start + size]
             statements.clear()
             began = time.perf_counter()
-            services.event_ingest(raw_event_id=raw_event_id)
+            if batch:
+                services.events_ingest(raw_event_ids=ids)
+            else:
+                services.event_ingest(raw_event_id=ids[0])
             if reconnect:
                 connection.close()
-            seconds.append(time.perf_counter() - began)
-            queries.append(len(statements))
-            sql_seconds.append(sum(statements))
+            spent = time.perf_counter() - began
+            seconds += [spent / len(ids)] * len(ids)
+            queries += [len(statements) / len(ids)] * len(ids)
+            sql_seconds += [sum(statements) / len(ids)] * len(ids)
+            done.update(len(ids))
     connection.ensure_connection()
     return Direct(seconds, queries, sql_seconds, pg_sessions(database_url, settle=True) - sessions)
 
@@ -817,6 +852,7 @@ def provider_table(runs: Sequence[Run]) -> str:
 
 
 ORM_LABEL = "ORM: building the SQL (as_sql)"
+ENQUEUE_LABEL = "enqueue: the id onto the ingestion queue (Redis)"
 PART_ORDER = (
     ORM_LABEL,
     "connection health check (SELECT 1)",
@@ -826,7 +862,7 @@ PART_ORDER = (
     "SQL SELECT webhooks_rawevent",
     "SQL INSERT webhooks_rawevent",
     "COMMIT",
-    "enqueue: ingest_event.delay, to Redis",
+    ENQUEUE_LABEL,
 )
 
 
@@ -890,7 +926,9 @@ def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
     )
 
 
-def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted: Run) -> str:
+def ingest_table(
+    drained: Drain, batched: Direct, reconnecting: Direct, direct: Direct, accepted: Run
+) -> str:
     rows = [
         [
             "one Celery worker, solo pool (queue drained)",
@@ -904,6 +942,7 @@ def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted:
         ]
     ]
     for label, run in (
+        (f"events_ingest in process, batches of {ingest_batch()}, one connection", batched),
         ("event_ingest in process, connection closed after each", reconnecting),
         ("baseline: event_ingest in process, one connection", direct),
     ):
@@ -932,13 +971,20 @@ def ingest_table(drained: Drain, reconnecting: Direct, direct: Direct, accepted:
         "to itself. Worker startup (spawned to its first Ingestion row): "
         f"{drained.startup:.1f} s, not counted in the rate nor in the CPU. In process, "
         "event_ingest ran "
-        f"{span(direct.queries)} SQL statements per event, "
+        f"{span([round(q) for q in direct.queries])} SQL statements per event, "
         f"{duration(mean(direct.sql_seconds))} of SQL execution (commit not included) of "
-        f"{duration(mean(direct.seconds))}."
+        f"{duration(mean(direct.seconds))}; events_ingest {mean(batched.queries):.1f} per event, "
+        f"{duration(mean(batched.sql_seconds))} of {duration(mean(batched.seconds))}."
     )
 
 
-def goal_rows(accepted: Run) -> list[list[str]]:
+def ingest_batch() -> int:
+    from django.conf import settings
+
+    return int(settings.WEBHOOK_INGEST_BATCH)
+
+
+def goal_rows(accepted: Run, drained: Drain) -> list[list[str]]:
     p99 = accepted.stats().p99
     return [
         [
@@ -951,6 +997,11 @@ def goal_rows(accepted: Run) -> list[list[str]]:
             f"accept p99 < {GOAL_P99_SECONDS * 1e3:g} ms, {accepted.clients} clients",
             duration(p99),
             verdict(p99 < GOAL_P99_SECONDS),
+        ],
+        [
+            f">= {GOAL_INGESTED_PER_SECOND:,.0f} events ingested/s by one worker",
+            f"{drained.per_second:,.0f}/s",
+            verdict(drained.per_second >= GOAL_INGESTED_PER_SECOND),
         ],
     ]
 
@@ -983,6 +1034,7 @@ class Results:
     profiles: dict[str, Profile]
     floor: list[float]
     drained: Drain
+    batched: Direct
     reconnecting: Direct
     direct: Direct
     valid_events: int
@@ -1014,6 +1066,7 @@ def measure(args: argparse.Namespace, sizes: Sizes, broker: redis.Redis) -> Resu
         "one-client": sizes.one_client,
         "profile-warmup": PROFILE_WARMUP,
         "profile": sizes.profile,
+        "direct-batched": sizes.direct,
         "direct-reconnect": sizes.direct,
         "direct": sizes.direct,
     }
@@ -1025,21 +1078,28 @@ def measure(args: argparse.Namespace, sizes: Sizes, broker: redis.Redis) -> Resu
         warmup = events.valid("profile-warmup")
         profiles, floor = profile_in_process(events.valid("profile"), warmup)
         expected = len(events.expected)
-        if (backlog := queued(broker)) != expected:
-            raise SystemExit(f"{backlog} ingestion tasks queued for {expected} events")
+        ids, distinct, tasks = queued(broker)
+        if ids != expected or distinct != expected or tasks < 1:
+            raise SystemExit(
+                f"{ids} ids ({distinct} distinct) in the ingestion queue and {tasks} tasks "
+                f"to drain it, for {expected} events"
+            )
         drained = drain(args.redis_url, var_dir, expected, args.database_url)
-        if (left := queued(broker)) != 0:
-            raise SystemExit(f"{left} ingestion tasks left in the queue")
+        # A drain task may be left queued behind the last batch: it finds nothing to do.
+        if (left := queued(broker)[0]) != 0:
+            raise SystemExit(f"{left} ids left in the ingestion queue")
+        batched = ingest_directly(events.valid("direct-batched"), args.database_url, batch=True)
         reconnecting = ingest_directly(
             events.valid("direct-reconnect"), args.database_url, reconnect=True
         )
-        direct = ingest_directly(events.valid("direct"), args.database_url, reconnect=False)
+        direct = ingest_directly(events.valid("direct"), args.database_url)
     verified = check_ingestion(events.expected, size_before, random.Random(SEED))
     return Results(
         runs,
         profiles,
         floor,
         drained,
+        batched,
         reconnecting,
         direct,
         len(events.expected),
@@ -1075,7 +1135,11 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
             ["gunicorn", f"{gunicorn}, DEBUG=false"],
             ["clients", f"{clients}, closed loop"],
             ["Redis", f"{args.redis_url} (server {broker_version(args.redis_url)})"],
-            ["Celery", "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late"],
+            [
+                "Celery",
+                "CELERY_TASK_ALWAYS_EAGER=false; worker: solo pool, prefetch 1, acks late; "
+                f"ingest_pending: {ingest_batch()} events per transaction",
+            ],
         ]
     )
     print(f"\n## Accepting: {sizes.clients} concurrent clients, on gunicorn + PostgreSQL\n")
@@ -1105,8 +1169,12 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
         "providers over the whole request."
     )
     print("\n## Ingestion: one Celery worker on the queued backlog\n")
-    print(ingest_table(results.drained, results.reconnecting, results.direct, accepted))
-    print_goals(goal_rows(accepted))
+    print(
+        ingest_table(
+            results.drained, results.batched, results.reconnecting, results.direct, accepted
+        )
+    )
+    print_goals(goal_rows(accepted, results.drained))
     total_valid = results.valid_events
     print(
         f"\nCorrectness: every valid event ({total_valid:,}, warm-ups included) was answered "

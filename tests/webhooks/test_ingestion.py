@@ -49,7 +49,9 @@ def endpoint_for(tenant: Tenant, provider: str, target: str = "refunds") -> tupl
 def deliver(made: Endpoint, secret: str, event: dict[str, Any], event_id: str = "") -> Ingestion:
     body = body_of(event)
     headers = as_headers(signed_headers(made.provider, body, secret, event_id=event_id))
-    stored, new = services.event_receive(endpoint=made, body=body, headers=headers)
+    stored, new = services.event_receive(
+        endpoint=made, secrets=[secret], body=body, headers=headers
+    )
     assert stored.verified and new
     return services.event_ingest(raw_event_id=stored.pk)
 

@@ -43,7 +43,9 @@ def ingested(acme: Tenant, signer: Signer) -> Ingestion:
     )
     body = body_of(stripe_refund_event(dispatched(acme, "refunds", "case-1")))
     headers = as_headers(signed_headers("stripe", body, secret))
-    stored, _ = services.event_receive(endpoint=endpoint, body=body, headers=headers)
+    stored, _ = services.event_receive(
+        endpoint=endpoint, secrets=[secret], body=body, headers=headers
+    )
     ingestion = services.event_ingest(raw_event_id=stored.pk)
     assert ingestion.observed_seq is not None
     assert verify_ledger(acme).startswith(f"OK {acme.log.origin}:")
