@@ -223,8 +223,8 @@ def event_ingest(*, raw_event_id: int) -> Ingestion:
     """Match a verified event to its effect and record it as OBSERVED evidence, settling the
     effect when the evidence can (notary.services.effect_observe); all in one transaction with
     the Ingestion row, so an event is ingested exactly once however often this runs."""
-    event = _for_ingestion().get(pk=raw_event_id)
-    return _ingest(event, Ingestion.objects.filter(raw_event=event).first())
+    [ingestion] = _ingest([_for_ingestion().get(pk=raw_event_id)])
+    return ingestion
 
 
 @transaction.atomic(durable=True)
@@ -234,9 +234,9 @@ def events_ingest(*, raw_event_ids: Sequence[int]) -> list[Ingestion]:
     tenant's events go into its log in the order they arrived, and the logs are locked in one
     order (by tenant), so two batches wait for each other and never deadlock. All or nothing:
     if one event fails, none is ingested (the caller then takes them one at a time)."""
-    events = list(_for_ingestion().filter(pk__in=raw_event_ids).order_by("endpoint__tenant", "pk"))
-    done = {i.raw_event_id: i for i in Ingestion.objects.filter(raw_event__in=raw_event_ids)}
-    return [_ingest(event, done.get(event.pk)) for event in events]
+    return _ingest(
+        list(_for_ingestion().filter(pk__in=raw_event_ids).order_by("endpoint__tenant", "pk"))
+    )
 
 
 def _for_ingestion() -> QuerySet[RawEvent]:
@@ -248,22 +248,48 @@ def _for_ingestion() -> QuerySet[RawEvent]:
     )
 
 
-def _ingest(event: RawEvent, done: Ingestion | None) -> Ingestion:
-    if done is not None:
-        return done
-    if not event.verified:
-        raise WebhookInputError(f"raw event {event.pk} failed verification: nothing to ingest")
+def _ingest(events: Sequence[RawEvent]) -> list[Ingestion]:
+    """Ingest the locked events in order, those ingested before left as they were; the reads
+    that do not depend on what an earlier event changed (their Ingestion rows, the effects
+    they name by id) are made once for all, and the new Ingestion rows written together."""
+    done = {i.raw_event_id: i for i in Ingestion.objects.filter(raw_event__in=events)}
+    todo = [event for event in events if event.pk not in done]
+    unverified = next((event for event in todo if not event.verified), None)
+    if unverified is not None:
+        raise WebhookInputError(f"raw event {unverified.pk} failed verification: nothing to ingest")
+    observations = [_observation(event) for event in todo]
+    named = set(
+        Effect.objects.filter(
+            effect_id__in={o.effect_id for o in observations if o.effect_id}
+        ).values_list("tenant_id", "target", "effect_id")
+    )
+    made = {
+        event.pk: _ingestion(event, observation, named)
+        for event, observation in zip(todo, observations, strict=True)
+    }
+    Ingestion.objects.bulk_create(made.values())
+    return [done.get(event.pk) or made[event.pk] for event in events]
+
+
+def _observation(event: RawEvent) -> providers.Observation:
     endpoint = event.endpoint
-    provider = providers.PROVIDERS[endpoint.provider]
-    observation = provider.observe(
+    return providers.PROVIDERS[endpoint.provider].observe(
         providers.Verified(event.provider_event_id, providers.json_object(bytes(event.body))),
         effect_id_path=endpoint.effect_id_path,
         positive_types=endpoint.positive_types,
         negative_types=endpoint.negative_types,
     )
-    effect = _effect_for(endpoint, provider, observation)
-    if effect is None:
-        return Ingestion.objects.create(raw_event=event, outcome="unmatched")
+
+
+def _ingestion(
+    event: RawEvent, observation: providers.Observation, named: set[tuple[int, str, str]]
+) -> Ingestion:
+    """What the event does, as its Ingestion row (not saved yet): OBSERVED evidence on its
+    effect, or unmatched."""
+    endpoint = event.endpoint
+    effect_id = _effect_for(endpoint, observation, named)
+    if effect_id is None:
+        return Ingestion(raw_event=event, outcome="unmatched")
     evidence: dict[str, Any] = {
         "source": "webhook",
         "provider": observation.provider,
@@ -275,23 +301,31 @@ def _ingest(event: RawEvent, done: Ingestion | None) -> Ingestion:
         "body_sha256": hashlib.sha256(bytes(event.body)).hexdigest(),
     }
     observed, settled = notary_services.effect_observe(
-        tenant=endpoint.tenant, effect_id=effect.effect_id, evidence=evidence
+        tenant=endpoint.tenant, effect_id=effect_id, evidence=evidence
     )
-    return Ingestion.objects.create(
-        raw_event=event, effect_id=effect.effect_id, observed_seq=observed.seq, outcome=settled
+    return Ingestion(
+        raw_event=event, effect_id=effect_id, observed_seq=observed.seq, outcome=settled
     )
 
 
 def _effect_for(
-    endpoint: Endpoint, provider: providers.WebhookProvider, observation: providers.Observation
-) -> Effect | None:
+    endpoint: Endpoint, observation: providers.Observation, named: set[tuple[int, str, str]]
+) -> str | None:
     """The endpoint tenant's effect on the endpoint's target the event speaks of: by the effect
-    id the gate put on the request, else (Resend) by the email id the gate committed."""
-    effects = Effect.objects.filter(tenant_id=endpoint.tenant_id, target=endpoint.target.name)
+    id the gate put on the request (among `named`, the effects the batch's events name), else
+    (Resend) by the email id the gate committed, looked up now: an earlier event of the batch
+    may have recorded it."""
+    target = endpoint.target.name
     if observation.effect_id:
-        return effects.filter(effect_id=observation.effect_id).first()
-    if observation.result_ref and provider.matches_result_ref:
-        return effects.filter(result_ref=observation.result_ref).first()
+        found = (endpoint.tenant_id, target, observation.effect_id) in named
+        return observation.effect_id if found else None
+    if observation.result_ref and providers.PROVIDERS[endpoint.provider].matches_result_ref:
+        effects = Effect.objects.filter(tenant_id=endpoint.tenant_id, target=target)
+        return (
+            effects.filter(result_ref=observation.result_ref)
+            .values_list("effect_id", flat=True)
+            .first()
+        )
     return None
 
 

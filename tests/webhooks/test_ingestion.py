@@ -128,6 +128,41 @@ def test_resend_matches_by_tag_or_by_the_email_id_the_gate_committed(acme: Tenan
     assert (unknown.outcome, unknown.effect_id, unknown.observed_seq) == ("unmatched", "", None)
 
 
+def stored(made: Endpoint, secret: str, event: dict[str, Any], event_id: str = "") -> int:
+    body = body_of(event)
+    headers = as_headers(signed_headers(made.provider, body, secret, event_id=event_id))
+    raw, new = services.event_receive(endpoint=made, secrets=[secret], body=body, headers=headers)
+    assert new
+    return raw.pk
+
+
+def test_a_batch_ingests_its_events_as_one_after_another_would(
+    acme: Tenant, globex: Tenant
+) -> None:
+    made, secret = endpoint_for(acme, "resend", target="mail")
+    effect_id = dispatched(acme, "mail", "case-1")
+    register(globex, "mail")
+    theirs = dispatched(globex, "mail", "case-1")
+    sent = stored(
+        made, secret, resend_event("email.sent", effect_id=effect_id, email_id="em_7"), "m1"
+    )
+    # Untagged: matched by the email id, which only the event before it in the batch recorded.
+    bounced = stored(made, secret, resend_event("email.bounced", email_id="em_7"), "m2")
+    foreign = stored(made, secret, resend_event("email.sent", effect_id=theirs), "m3")
+    ingestions = services.events_ingest(raw_event_ids=[foreign, bounced, sent, 10**9])
+    assert [i.raw_event_id for i in ingestions] == [sent, bounced, foreign]  # as they arrived
+    assert [(i.effect_id, i.outcome) for i in ingestions] == [
+        (effect_id, "committed_on_evidence"),
+        (effect_id, "recorded"),  # settled already: the bounce is kept as evidence
+        ("", "unmatched"),  # another tenant's effect id names nothing here
+    ]
+    assert kinds(acme, effect_id) == ["PROPOSED", "DISPATCHED", "OBSERVED", "COMMITTED", "OBSERVED"]
+    again = services.events_ingest(raw_event_ids=[sent, bounced, foreign])
+    assert again == ingestions  # nothing ingested twice
+    assert Ingestion.objects.count() == 3
+    assert state(globex, theirs) == "DISPATCHED"
+
+
 def test_another_tenants_effect_is_never_touched(acme: Tenant, globex: Tenant) -> None:
     made, secret = endpoint_for(acme, "stripe")
     register(globex, "refunds")
