@@ -981,7 +981,9 @@ def effect_record_outcome(
     return entry, True, history
 
 
-@transaction.atomic
+# No savepoint: its callers (ingestion, attestation_record) are transactions that end on
+# any error from it, so one would only cost two round trips per piece of evidence.
+@transaction.atomic(savepoint=False)
 def effect_observe(
     *, tenant: Tenant, effect_id: str, evidence: Mapping[str, Any]
 ) -> tuple[LedgerEntry, str]:
