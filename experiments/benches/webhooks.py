@@ -1164,9 +1164,10 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
     print(
         "\nThe WSGI app called in this process through httpx.WSGITransport: no network, no "
         "gunicorn, one request at a time. SQL: execution time of each statement as Django runs "
-        "it (a round trip each; the INSERT includes the BEGIN psycopg sends first); ORM: Django "
-        "compiling the queries to SQL; COMMIT: the durable commit. share = mean of the two "
-        "providers over the whole request."
+        "it (a round trip each; the INSERT runs outside a transaction, so it includes its own "
+        "durable commit); ORM: Django compiling the queries to SQL; COMMIT: a commit of its "
+        "own, where there is one. Parts that do not occur are not listed. share = mean of the "
+        "two providers over the whole request."
     )
     print("\n## Ingestion: one Celery worker on the queued backlog\n")
     print(
@@ -1178,7 +1179,7 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
     total_valid = results.valid_events
     print(
         f"\nCorrectness: every valid event ({total_valid:,}, warm-ups included) was answered "
-        "200 with its id and every forged one 400; every queued event was queued once and "
+        "200 with its id and every forged one 400; every stored event was queued once and "
         "ingested exactly once (one Ingestion row, one OBSERVED and one COMMITTED entry per "
         f"effect, nothing else in the log); all {total_valid:,} effects ended {SETTLED}; "
         f"{results.verified} receipts re-derived from the whole log with verify_receipt."
