@@ -10,18 +10,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
-from django.conf import settings
+from django.test import override_settings
 
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
-from notary.celery import app
 from notary.models import Effect
 from testkit.celery_worker import running_worker
 from testkit.factories import INSTANT, dispatched, register
 from testkit.notary_server import running_notary
 from testkit.paths import child_database_url
+from testkit.redis_server import private_redis
 from testkit.webhook_signing import (
     as_headers,
     body_of,
@@ -34,15 +33,19 @@ from webhooks.models import Ingestion, RawEvent
 
 
 @pytest.fixture
-def empty_queue() -> Iterator[None]:
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(queue.PENDING, queue.SCHEDULED)
-    yield
-    client.delete(queue.PENDING, queue.SCHEDULED)
+def empty_queue(tmp_path: Path) -> Iterator[str]:
+    """The queue on a Redis of this test's own (its URL), so no other test's worker or queue
+    shares its list while it counts what is on it."""
+    with private_redis(tmp_path) as server, override_settings(REDIS_URL=server.url):
+        queue._client.cache_clear()
+        try:
+            yield server.url
+        finally:
+            queue._client.cache_clear()
 
 
 def test_one_drain_is_due_at_a_time_and_an_id_added_while_it_stops_is_not_stranded(
-    empty_queue: None,
+    empty_queue: str,
 ) -> None:
     assert queue.add(1) is True  # nothing due: the caller sends the task
     assert queue.add(2) is False  # one is due: it will take this one too
@@ -59,7 +62,7 @@ def test_one_drain_is_due_at_a_time_and_an_id_added_while_it_stops_is_not_strand
 
 @pytest.mark.slow
 def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
-    transactional_db: None, tmp_path: Path, empty_queue: None
+    transactional_db: None, tmp_path: Path, empty_queue: str
 ) -> None:
     tenant = notary_services.tenant_create(slug="refunds", name="Refunds")
     secret = new_secret("stripe")
@@ -70,7 +73,7 @@ def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
         secrets=[secret],
     )
     effects = [dispatched(tenant, "stripe-refunds", f"case-{n}") for n in range(30)]
-    broker = {"REDIS_URL": app.conf.broker_url, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    broker = {"REDIS_URL": empty_queue, "CELERY_TASK_ALWAYS_EAGER": "false"}
     with (
         running_notary(child_database_url(), tmp_path, settings=broker) as url,
         httpx.Client(base_url=url, timeout=60) as client,
