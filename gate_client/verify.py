@@ -16,7 +16,9 @@ verdicts:
   --witness-quorum (default: all) of the --witness keys: witnesses cosign only trees consistent
   with every one they cosigned before, so a log cannot show this export one history and them
   another;
-- integrity: every entry's bytes are proved included in that checkpoint's tree, every
+- integrity: every entry's bytes are proved included in that checkpoint's tree (in v2, within
+  its subtree, whose hash the header states and which, with the others, makes the signed root;
+  in v1, by its C2SP tlog-proof against the checkpoint), every
   receipt's fields re-derive from its entries, and every budget statement (what a dispatch
   under a budgeted lease says was spent before it) re-derives from the entries before it;
 - completeness: the export covers its stated seq range with every entry present exactly once,
@@ -44,7 +46,7 @@ import os
 import stat
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -66,10 +68,18 @@ from ledger.core.checkpoint import (
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
 from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
-from ledger.core.merkle import Frontier, ProofError, leaf_hash, verify_inclusion
+from ledger.core.merkle import Frontier, ProofError, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
+from ledger.core.subtrees import (
+    root_of_subtrees,
+    split_hashes,
+    subtree_ranges,
+    verify_in_subtree,
+)
 
-EXPORT_FORMAT = "interlock-receipts-export/v1"
+EXPORT_FORMAT = "interlock-receipts-export/v2"
+# The format before it, still read: each entry's proof a whole C2SP tlog-proof.
+TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"
 VERDICTS = ("authenticity", "witnesses", "integrity", "completeness", "history")
 UNWITNESSED = WitnessPolicy()  # no witness trusted, none required
 
@@ -118,12 +128,13 @@ def verify_export(
     header = _header(next(numbered, (1, b""))[1])
     keys = list(trusted)
     checkpoint = _authentic_checkpoint(header, keys)
+    cut = _Cut.of(header, checkpoint)
     try:
         cosigned_by = witnesses.check(header["checkpoint"])
     except CosignatureError as exc:
         raise Failure("witnesses", "line 1", str(exc)) from exc
     held = _History.of(list(known), keys, header["checkpoint"], checkpoint)
-    state = _Walk(header["checkpoint"], checkpoint, _Filter.of(header), held)
+    state = _Walk(header["checkpoint"], checkpoint, cut, _Filter.of(header), held)
     report = Report(
         origin=header["origin"],
         size=checkpoint.size,
@@ -266,6 +277,37 @@ def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -
     return checkpoint
 
 
+@dataclass(frozen=True)
+class _Cut:
+    """How a v2 export proves its entries: the header's hashes of the tree's subtrees of
+    2**height entries, which must make the checkpoint's root, and each entry's proof within its
+    subtree. None of it in a v1 export, whose entries each carry a whole C2SP tlog-proof."""
+
+    height: int
+    hashes: bytes
+
+    @classmethod
+    def of(cls, header: dict[str, Any], checkpoint: Checkpoint) -> _Cut | None:
+        if header["format"] == TLOG_PROOF_FORMAT:
+            return None
+        try:
+            stated = header["subtrees"]
+            height = stated["height"]
+            if not isinstance(height, int) or isinstance(height, bool):
+                raise TypeError("height is not an integer")
+            hashes = split_hashes(base64.b64decode(stated["hashes"], validate=True))
+            expected = len(subtree_ranges(checkpoint.size, height))
+        except (KeyError, TypeError, binascii.Error, ProofError) as exc:
+            raise Failure("authenticity", "line 1", f"unreadable subtrees: {exc}") from exc
+        if len(hashes) != expected or root_of_subtrees(hashes) != checkpoint.root:
+            raise Failure(
+                "authenticity",
+                "line 1",
+                f"the {len(hashes)} subtree hashes do not make the checkpoint's root",
+            )
+        return cls(height, b"".join(hashes))
+
+
 def _count_line(record: dict[str, Any], where: str, state: _Walk, report: Report) -> None:
     """One line after the header, checked by its type and counted in the report; the footer
     must count the lines before it and ends the export."""
@@ -291,9 +333,12 @@ class _Walk:
     their states once all are in (with a state filter, an effect left to entry lines must be
     one whose state the filter refuses)."""
 
-    def __init__(self, note: str, checkpoint: Checkpoint, wanted: _Filter, held: _History) -> None:
+    def __init__(
+        self, note: str, checkpoint: Checkpoint, cut: _Cut | None, wanted: _Filter, held: _History
+    ) -> None:
         self.note = note
         self.checkpoint = checkpoint
+        self.cut = cut
         self.wanted = wanted
         self.held = held
         self.seen = bytearray(checkpoint.size)
@@ -447,28 +492,54 @@ class _Walk:
     def _proved(self, item: Any, where: str) -> Entry:
         """The entry in `item`, proved included in the checkpoint's tree."""
         try:
-            leaf = base64.b64decode(item["leaf"], validate=True)
-            entry = entry_from_leaf(leaf)
-            proof = parse_tlog_proof(item["proof"])
-        except (KeyError, TypeError, binascii.Error, EntryError, CheckpointError) as exc:
+            entry = entry_from_leaf(base64.b64decode(item["leaf"], validate=True))
+        except (KeyError, TypeError, binascii.Error, EntryError) as exc:
             raise Failure("integrity", where, f"unreadable entry: {exc}") from exc
-        if item.get("seq") != entry.seq or proof.index != entry.seq:
+        if item.get("seq") != entry.seq:
             raise Failure("integrity", where, f"entry {entry.seq} is labelled as another seq")
-        if proof.signed_checkpoint != self.note:
-            raise Failure("integrity", where, f"entry {entry.seq} is proved against another tree")
+        hashes: Sequence[bytes]
+        if self.cut is None:
+            hashes = self._tlog_proof(item, entry, where)
+        else:
+            try:
+                hashes = split_hashes(base64.b64decode(item["proof"], validate=True))
+            except (KeyError, TypeError, binascii.Error, ProofError) as exc:
+                raise Failure("integrity", where, f"unreadable proof: {exc}") from exc
         try:
-            verify_inclusion(
-                leaf_hash=leaf_hash(leaf),
-                index=entry.seq,
-                size=self.checkpoint.size,
-                proof=proof.hashes,
-                root=self.checkpoint.root,
-            )
+            if self.cut is None:
+                verify_inclusion(
+                    leaf_hash=entry.entry_hash,
+                    index=entry.seq,
+                    size=self.checkpoint.size,
+                    proof=hashes,
+                    root=self.checkpoint.root,
+                )
+            else:
+                verify_in_subtree(
+                    leaf_hash=entry.entry_hash,
+                    index=entry.seq,
+                    size=self.checkpoint.size,
+                    height=self.cut.height,
+                    proof=hashes,
+                    subtree_hashes=self.cut.hashes,
+                )
         except ProofError as exc:
             raise Failure(
                 "integrity", where, f"entry {entry.seq} is not in the tree: {exc}"
             ) from exc
         return entry
+
+    def _tlog_proof(self, item: Any, entry: Entry, where: str) -> tuple[bytes, ...]:
+        """A v1 entry's C2SP tlog-proof: for this entry, against the header's checkpoint."""
+        try:
+            proof = parse_tlog_proof(item["proof"])
+        except (KeyError, TypeError, CheckpointError) as exc:
+            raise Failure("integrity", where, f"unreadable entry: {exc}") from exc
+        if proof.index != entry.seq:
+            raise Failure("integrity", where, f"entry {entry.seq} is labelled as another seq")
+        if proof.signed_checkpoint != self.note:
+            raise Failure("integrity", where, f"entry {entry.seq} is proved against another tree")
+        return proof.hashes
 
     def _home(self, entry: Entry, where: str) -> None:
         if self.seen[entry.seq]:
@@ -571,7 +642,7 @@ def _header(raw: bytes) -> dict[str, Any]:
     try:
         header = json.loads(raw)
         ok = isinstance(header, dict) and header.get("type") == "header"
-        ok = ok and header.get("format") == EXPORT_FORMAT
+        ok = ok and header.get("format") in (EXPORT_FORMAT, TLOG_PROOF_FORMAT)
         ok = (
             ok
             and isinstance(header.get("origin"), str)

@@ -1,18 +1,24 @@
 """Receipts exported for auditors, who verify them offline (`python -m gate_client.verify`).
 
-The format, interlock-receipts-export/v1, is JSON Lines, one object a line:
+The format, interlock-receipts-export/v2, is JSON Lines, one object a line:
 
-- `header`: the log's origin, one signed checkpoint (a C2SP signed note) of size N, the range
-  the export covers, [0, N), the filter, and the vkeys the notary publishes. The auditor trusts
-  only the vkeys it was given; the verifier still requires the export's own to verify the
-  checkpoint, and every receipt line to match the filter.
+- `header`: the log's origin, one signed checkpoint (a C2SP signed note) of size N, the hashes
+  of the tree's subtrees of 2**height entries (ledger.core.subtrees: they fold into the signed
+  root), the range the export covers, [0, N), the filter, and the vkeys the notary publishes.
+  The auditor trusts only the vkeys it was given; the verifier still requires the export's own
+  to verify the checkpoint, and every receipt line to match the filter.
 - `receipt` lines, in ascending effect id: the receipt as of the checkpoint, and every entry it
-  derives from, each as its exact bytes (base64) with a C2SP tlog-proof against that checkpoint.
-  An effect's own entries live here; its lease's entries come along as copies.
+  derives from, each as its exact bytes (base64) with its inclusion proof within its subtree
+  (the hashes only: the checkpoint and the subtrees are the header's). An effect's own entries
+  live here; its lease's entries come along as copies.
 - `entry` lines, in ascending seq: every other entry of the range (leases, effects the filter
   left out), with its proof. So each seq of the range has exactly one home, and an auditor can
   tell that nothing was left out.
 - `footer`: how many receipt and entry lines came before it.
+
+On request (`tlog_proofs`), the export is interlock-receipts-export/v1 instead: no subtrees in
+the header, and each entry's proof a whole C2SP tlog-proof against the checkpoint, which any
+tlog-proof verifier checks alone.
 
 It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
 log (beyond one bit per entry, to know which entries a receipt line already carried). Its
@@ -43,13 +49,27 @@ from ledger.core.checkpoint import (
 )
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, format_timestamp
-from ledger.core.merkle import ProofError, leaf_hash, verify_inclusion
+from ledger.core.merkle import (
+    ProofError,
+    hashes_for_ranges,
+    leaf_hash,
+    nodes_for_ranges,
+    range_hash,
+    verify_inclusion,
+)
 from ledger.core.note import parse_vkey
-from ledger.models import Checkpoint, Entry
+from ledger.core.subtrees import (
+    inner_inclusion_ranges,
+    root_of_subtrees,
+    subtree_ranges,
+    verify_in_subtree,
+)
+from ledger.models import Checkpoint, Entry, Log
 from ledger.selectors import (
     LedgerLookupError,
     configured_witness_keys,
     entries_at,
+    fetch_nodes,
     latest_checkpoint,
     log_verifiers,
     published_checkpoint,
@@ -60,7 +80,11 @@ from ledger.selectors import (
 from notary.errors import NotaryConflict, NotaryInputError
 from notary.models import Effect, Lease, Tenant
 
-EXPORT_FORMAT = "interlock-receipts-export/v1"
+EXPORT_FORMAT = "interlock-receipts-export/v2"
+TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"  # each entry with a whole C2SP tlog-proof
+# Entries per subtree the header states, as 2**height: each proof is `height` hashes, the
+# header a hash per 2**height entries.
+SUBTREE_HEIGHT = 8
 _CHUNK = 500
 # What reading an altered database can raise: a row that is not an entry, a node that is gone.
 _DAMAGE = (EntryError, ReceiptError, ProofError, LedgerLookupError, KeyError, ValueError)
@@ -85,10 +109,12 @@ def export_receipts(
     until: datetime | None = None,
     state: str | None = None,
     progress: Progress | None = None,
+    tlog_proofs: bool = False,
 ) -> Iterator[str]:
     """The export's lines (each ending in a newline) for the effects proposed in [since, until)
     whose state as of the published checkpoint (the latest signed one with the cosignatures the
-    log requires, which the header carries) is `state` (a prefix when it ends in `*`).
+    log requires, which the header carries) is `state` (a prefix when it ends in `*`); with
+    `tlog_proofs`, in v1, each entry with a whole C2SP tlog-proof.
 
     A state no receipt can end in is refused (NotaryInputError) before anything is read, and
     a log with no published checkpoint with NotaryConflict("no_checkpoint"), saying why."""
@@ -99,14 +125,15 @@ def export_receipts(
     if checkpoint is None:
         raise NotaryConflict("no_checkpoint", unpublished(tenant))
     report = progress or _unobserved
-    tree = _signed_tree(checkpoint)
+    prover = _Prover.of(checkpoint, tlog=tlog_proofs)
     end = checkpoint.size
     yield _line(
         {
             "type": "header",
-            "format": EXPORT_FORMAT,
+            "format": TLOG_PROOF_FORMAT if tlog_proofs else EXPORT_FORMAT,
             "origin": log.origin,
             "checkpoint": checkpoint.published_note,
+            **prover.header(),
             "vkeys": [log_verifier(log.origin, parse_vkey(k.vkey)).vkey for k in signing_keys()],
             "range": {"first": 0, "end": end},
             "filter": {
@@ -127,12 +154,12 @@ def export_receipts(
     receipts = entries = homed = 0
     try:
         for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
-            for line, own in _receipt_lines(tenant, checkpoint, tree, chunk, state, carried):
+            for line, own in _receipt_lines(tenant, prover, chunk, state, carried):
                 receipts += 1
                 homed += own
                 report(homed, end)
                 yield line
-        for line in _entry_lines(tenant, checkpoint, tree, carried):
+        for line in _entry_lines(tenant, prover, carried):
             entries += 1
             report(homed + entries, end)
             yield line
@@ -236,34 +263,107 @@ def _signed_tree(checkpoint: Checkpoint) -> SignedTree:
     return tree
 
 
-def _entry_lines(
-    tenant: Tenant, checkpoint: Checkpoint, tree: SignedTree, carried: bytearray
-) -> Iterator[str]:
+class _Prover:
+    """The entries' proofs in the export's form, each checked before its line is written:
+    within its subtree, against the subtree hashes the header states (checked against the
+    signed root once), or with `tlog` a whole C2SP tlog-proof against the checkpoint."""
+
+    def __init__(self, checkpoint: Checkpoint, tree: SignedTree, subtrees: bytes | None) -> None:
+        self.checkpoint = checkpoint
+        self.log: Log = checkpoint.log
+        self.tree = tree
+        self.subtrees = subtrees
+
+    @classmethod
+    def of(cls, checkpoint: Checkpoint, *, tlog: bool) -> _Prover:
+        tree = _signed_tree(checkpoint)
+        if tlog:
+            return cls(checkpoint, tree, None)
+        ranges = subtree_ranges(tree.size, SUBTREE_HEIGHT)
+        try:
+            nodes = fetch_nodes(log=checkpoint.log, node_ids=nodes_for_ranges(ranges))
+            hashes = [range_hash(start, end, nodes) for start, end in ranges]
+        except _DAMAGE as exc:
+            raise ExportDamaged(f"log {tree.origin}: the tree's subtrees: {exc}") from exc
+        if root_of_subtrees(hashes) != tree.root:
+            raise ExportDamaged(
+                f"the subtrees of {tree.origin} do not make the root signed at size {tree.size}"
+            )
+        return cls(checkpoint, tree, b"".join(hashes))
+
+    def header(self) -> dict[str, Any]:
+        if self.subtrees is None:
+            return {}
+        joined = base64.b64encode(self.subtrees).decode("ascii")
+        return {"subtrees": {"height": SUBTREE_HEIGHT, "hashes": joined}}
+
+    def proofs(self, seqs: Iterable[int]) -> dict[int, Any]:
+        """The proofs of these entries, from one query for the nodes they need."""
+        if self.subtrees is None:
+            return tlog_proofs(log=self.log, indexes=seqs, checkpoint=self.checkpoint)
+        size = self.tree.size
+        ranges = {seq: inner_inclusion_ranges(seq, size, SUBTREE_HEIGHT) for seq in seqs}
+        needed = set().union(*(nodes_for_ranges(r) for r in ranges.values()))
+        nodes = fetch_nodes(log=self.log, node_ids=needed)
+        return {seq: hashes_for_ranges(path, nodes) for seq, path in ranges.items()}
+
+    def proved(self, entry: LedgerEntry, proofs: dict[int, Any]) -> dict[str, Any]:
+        """The entry's line fields, once its bytes are proved in the signed tree."""
+        leaf = entry.leaf_bytes()
+        proof = proofs[entry.seq]
+        tree = self.tree
+        try:
+            if self.subtrees is None:
+                verify_inclusion(
+                    leaf_hash=leaf_hash(leaf),
+                    index=entry.seq,
+                    size=tree.size,
+                    proof=parse_tlog_proof(proof).hashes,
+                    root=tree.root,
+                )
+            else:
+                verify_in_subtree(
+                    leaf_hash=leaf_hash(leaf),
+                    index=entry.seq,
+                    size=tree.size,
+                    height=SUBTREE_HEIGHT,
+                    proof=proof,
+                    subtree_hashes=self.subtrees,
+                )
+                proof = base64.b64encode(b"".join(proof)).decode("ascii")
+        except (ProofError, CheckpointError) as exc:
+            raise ExportDamaged(
+                f"entry {entry.seq} of {tree.origin} is not in the tree signed at size "
+                f"{tree.size} ({exc})"
+            ) from exc
+        return {"seq": entry.seq, "leaf": base64.b64encode(leaf).decode("ascii"), "proof": proof}
+
+
+def _entry_lines(tenant: Tenant, prover: _Prover, carried: bytearray) -> Iterator[str]:
     """The seqs no receipt line carried; only their bodies are read again."""
     log = tenant.log
-    uncarried = (seq for seq in range(checkpoint.size) if not carried[seq])
+    uncarried = (seq for seq in range(prover.tree.size) if not carried[seq])
     for seqs in _chunks(uncarried, 2000):
         homeless = entries_at(log=log, seqs=seqs)
         if len(homeless) != len(seqs):
             found = {e.seq for e in homeless}
             gone = [seq for seq in seqs if seq not in found]
             raise ExportDamaged(f"entries {gone[:10]} of {log.origin} are not stored")
-        proofs = tlog_proofs(log=log, indexes=seqs, checkpoint=checkpoint)
+        proofs = prover.proofs(seqs)
         for entry in homeless:
-            yield _line({"type": "entry", **_proved(entry, proofs, tree)})
+            yield _line({"type": "entry", **prover.proved(entry, proofs)})
 
 
 def _receipt_lines(
     tenant: Tenant,
-    checkpoint: Checkpoint,
-    tree: SignedTree,
+    prover: _Prover,
     chunk: list[tuple[str, str]],
     state: str | None,
     carried: bytearray,
 ) -> Iterator[tuple[str, int]]:
     """The chunk's receipt lines that match `state`, each with how many of its entries are its
     effect's own (the entries it is the home of)."""
-    log, end = tenant.log, checkpoint.size
+    log, end = tenant.log, prover.tree.size
     histories: dict[str, list[LedgerEntry]] = {effect_id: [] for effect_id, _ in chunk}
     rows = Entry.objects.filter(log=log, effect_id__in=list(histories), seq__lt=end)
     for row in rows.order_by("seq"):
@@ -287,35 +387,15 @@ def _receipt_lines(
             carried[entry.seq] = 1
         lines.append((effect_id, receipt.to_dict(), journal))
     needed = {e.seq for _, _, journal in lines for e in journal}
-    proofs = tlog_proofs(log=log, indexes=needed, checkpoint=checkpoint)
+    proofs = prover.proofs(needed)
     for effect_id, receipt_fields, journal in lines:
         record = {
             "type": "receipt",
             "effect_id": effect_id,
             "receipt": receipt_fields,
-            "entries": [_proved(e, proofs, tree) for e in journal],
+            "entries": [prover.proved(e, proofs) for e in journal],
         }
         yield _line(record), len(histories[effect_id])
-
-
-def _proved(entry: LedgerEntry, proofs: dict[int, str], tree: SignedTree) -> dict[str, Any]:
-    """The entry's line fields, once its bytes are proved in the signed tree."""
-    leaf = entry.leaf_bytes()
-    proof = proofs[entry.seq]
-    try:
-        verify_inclusion(
-            leaf_hash=leaf_hash(leaf),
-            index=entry.seq,
-            size=tree.size,
-            proof=parse_tlog_proof(proof).hashes,
-            root=tree.root,
-        )
-    except (ProofError, CheckpointError) as exc:
-        raise ExportDamaged(
-            f"entry {entry.seq} of {tree.origin} is not in the tree signed at size "
-            f"{tree.size} ({exc})"
-        ) from exc
-    return {"seq": entry.seq, "leaf": base64.b64encode(leaf).decode("ascii"), "proof": proof}
 
 
 def _matches(final_state: str, wanted: str) -> bool:

@@ -113,7 +113,22 @@ def leaf_bytes(
     prev_hash: bytes,
 ) -> bytes:
     """The exact bytes the Merkle leaf and the chain hash commit to."""
-    rest = canonical_json(
+    rest = _envelope(
+        seq=seq, kind=kind, effect_id=effect_id, created_at=created_at, prev_hash=prev_hash
+    )
+    # "body" sorts before every other key, so splicing the stored canonical body in front keeps
+    # the envelope canonical without decoding the body again.
+    return _BODY_KEY + body + b"," + rest[1:]
+
+
+_BODY_KEY = b'{"body":'
+
+
+def _envelope(
+    *, seq: int, kind: str, effect_id: str, created_at: datetime, prev_hash: bytes
+) -> bytes:
+    """The canonical envelope of an entry without its body."""
+    return canonical_json(
         {
             "created_at": format_timestamp(created_at),
             "effect_id": effect_id,
@@ -123,9 +138,6 @@ def leaf_bytes(
             "v": ENTRY_VERSION,
         }
     )
-    # "body" sorts before every other key, so splicing the stored canonical body in front keeps
-    # the envelope canonical without decoding the body again.
-    return b'{"body":' + body + b"," + rest[1:]
 
 
 def seal_entry(
@@ -182,11 +194,15 @@ def entry_from_leaf(leaf: bytes) -> Entry:
         "seq": envelope["seq"],
         "kind": envelope["kind"],
         "effect_id": envelope["effect_id"],
-        "body": canonical_json(envelope["body"]),
         "created_at": created_at,
         "prev_hash": prev_hash,
     }
-    if leaf_bytes(**fields) != leaf:
+    rest = _envelope(**fields)
+    # The leaf is canonical and "body" its first key: the body's canonical bytes are those
+    # between that key and the other fields, which must re-encode to the rest of the leaf.
+    tail = b"," + rest[1:]
+    if not leaf.startswith(_BODY_KEY) or not leaf.endswith(tail):
         raise EntryError("entry does not re-encode to the bytes it was read from")
+    fields["body"] = leaf[len(_BODY_KEY) : len(leaf) - len(tail)]
     # The bytes were read and re-encoded to themselves: hashing what was read is sealing.
     return Entry(**fields, entry_hash=leaf_hash(leaf))

@@ -5,6 +5,7 @@ one here wrote. CI installs it (.ci/run); elsewhere the test is skipped if it is
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from ledger import selectors, services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.note import Signer
 from ledger.models import Log
+from notary.exports import export_receipts
 from notary.models import Tenant
 from testkit.factories import client_for
 from testkit.goverify import run_goverify
@@ -120,3 +122,23 @@ def test_go_reference_opens_the_api_checkpoint_with_exactly_the_published_log_vk
     assert listed != vkey
     refused = run_goverify(goverify, "inclusion", listed, tmp_path / "proof", tmp_path / "leaf")
     assert refused.returncode == 1 and "note: " in refused.stdout
+
+
+@pytest.mark.django_db
+def test_go_reference_accepts_the_tlog_proofs_of_an_export_made_with_them(
+    goverify: Path, acme: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    """An export made with tlog_proofs (v1) proves each entry with a C2SP tlog-proof that the
+    reference verifier accepts with the entry's leaf and the log's vkey alone."""
+    for n in range(13):
+        services.append_entry(log=acme.log, kind="OBSERVED", body={"n": n})
+    services.sign_checkpoint(log=acme.log, signer=signer)
+    vkey = log_verifier(acme.log.origin, signer).vkey
+    lines = [json.loads(line) for line in export_receipts(tenant=acme, tlog_proofs=True)]
+    entries = [line for line in lines if line["type"] == "entry"]
+    assert [entry["seq"] for entry in entries] == list(range(13))
+    for entry in entries:
+        (tmp_path / "proof").write_text(entry["proof"])
+        (tmp_path / "leaf").write_bytes(base64.b64decode(entry["leaf"]))
+        result = run_goverify(goverify, "inclusion", vkey, tmp_path / "proof", tmp_path / "leaf")
+        assert result.stdout == f"ok inclusion {acme.log.origin} size 13 index {entry['seq']}\n"

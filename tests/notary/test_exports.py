@@ -28,11 +28,11 @@ from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
-from ledger.core.checkpoint import log_verifier
+from ledger.core.checkpoint import log_verifier, parse_tlog_proof
 from ledger.core.cosignature import CosignerKey
 from ledger.core.entries import entry_from_leaf
 from ledger.core.note import Signer, Verifier
-from notary import services
+from notary import exports, services
 from notary.exports import Progress, export_receipts
 from notary.groups import AUDITORS
 from notary.models import Tenant
@@ -131,10 +131,17 @@ def mutations(lines: list[bytes]) -> Iterator[tuple[str, list[bytes], set[str]]]
             yield f"byte {position} of {where}", edited, allowed
 
 
+@pytest.mark.parametrize(
+    ("tlog_proofs", "height"),
+    [(False, exports.SUBTREE_HEIGHT), (False, 2), (True, None)],
+    ids=["v2", "v2 in subtrees of 4", "v1 tlog-proofs"],
+)
 def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
-    shop: Tenant, signer: Signer
+    shop: Tenant, signer: Signer, tlog_proofs: bool, height: int | None, monkeypatch: Any
 ) -> None:
-    lines = lines_of(shop)
+    if height is not None:
+        monkeypatch.setattr(exports, "SUBTREE_HEIGHT", height)
+    lines = lines_of(shop, tlog_proofs=tlog_proofs)
     checked = 0
     for what, changed, allowed in mutations(lines):
         with pytest.raises(Failure) as failure:
@@ -143,6 +150,39 @@ def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
         assert failure.value.verdict in allowed, f"{what}: {failure.value}"
         checked += 1
     assert checked > 10 * len(lines)
+
+
+def test_the_checkpoint_is_stated_once_and_tlog_proofs_are_there_on_request(
+    shop: Tenant, signer: Signer
+) -> None:
+    """v2 states the checkpoint and the subtrees once, each entry's proof is its hashes within
+    its subtree; v1 (on request) proves each entry with a whole C2SP tlog-proof that opens
+    alone. Both verify, and the subtrees altered in the header fail authenticity."""
+    compact, whole = lines_of(shop), lines_of(shop, tlog_proofs=True)
+    header = json.loads(compact[0])
+    assert header["format"] == "interlock-receipts-export/v2"
+    assert json.loads(whole[0])["format"] == "interlock-receipts-export/v1"
+    assert "subtrees" not in json.loads(whole[0])
+    note = header["checkpoint"]
+    assert all(note.encode() not in line for line in compact[1:])
+    proofs = sum(len(json.loads(line).get("entries", [None])) for line in whole[1:-1])
+    assert sum(map(len, compact[1:])) < sum(map(len, whole[1:])) - proofs * len(note)
+    first = json.loads(whole[1])["entries"][0]
+    proof = parse_tlog_proof(first["proof"])
+    opened = proof.verify(_leaf(first), [key_of(shop, signer)], origin=shop.log.origin)
+    assert (opened.size, proof.index, proof.signed_checkpoint) == (21, first["seq"], note)
+    for lines in (compact, whole):
+        assert verify_export(lines, [key_of(shop, signer)]).receipts == 5
+    hashes = base64.b64decode(header["subtrees"]["hashes"])
+    for changed in (
+        {**header["subtrees"], "hashes": base64.b64encode(hashes[::-1]).decode()},
+        {**header["subtrees"], "height": 2},
+        None,
+    ):
+        altered = {**header, "subtrees": changed}
+        with pytest.raises(Failure) as failure:
+            verify_export([json.dumps(altered).encode(), *compact[1:]], [key_of(shop, signer)])
+        assert (failure.value.verdict, failure.value.where) == ("authenticity", "line 1")
 
 
 def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path: Path) -> None:

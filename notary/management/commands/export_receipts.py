@@ -23,7 +23,7 @@ from notary.models import Tenant
 
 class Command(BaseCommand):
     help = (
-        "Write a tenant's receipts as an interlock-receipts-export/v1 file (JSON Lines) that "
+        "Write a tenant's receipts as an interlock-receipts-export/v2 file (JSON Lines) that "
         "auditors check offline with `python -m gate_client.verify FILE --vkey VKEY`. "
         "A log that grew since its latest checkpoint gets a new one, signed with the notary's "
         "key (NOTARY_SIGNING_KEY_FILE), first; the export is as of the latest published one."
@@ -35,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--from", dest="since", help="proposed at or after (ISO 8601)")
         parser.add_argument("--to", dest="until", help="proposed before (ISO 8601)")
         parser.add_argument("--state", help="final state, or a prefix ending in *")
+        parser.add_argument(
+            "--tlog-proofs",
+            action="store_true",
+            help="prove each entry with a whole C2SP tlog-proof (the v1 format, several times "
+            "larger) for tools that check tlog-proofs alone",
+        )
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -77,6 +83,7 @@ class Command(BaseCommand):
                     until=until,
                     state=options["state"],
                     progress=progress,
+                    tlog_proofs=options["tlog_proofs"],
                 ):
                     handle.write(line)
                     written += 1
