@@ -72,6 +72,15 @@ def canonical_json(value: Any) -> bytes:
 
 def parse_canonical(data: bytes) -> Any:
     """Decode bytes that must already be canonical JSON; anything else is refused, not repaired."""
+    value = parse_checked(data)
+    if canonical_json(value) != data:
+        raise CanonicalJSONError("JSON is valid but not in canonical form")
+    return value
+
+
+def parse_checked(data: bytes) -> Any:
+    """Decode bytes parse_canonical has accepted before (or a part of such bytes that is a
+    value of its own): the same value, without encoding it again to compare."""
     try:
         text = data.decode("utf-8")
         value = json.loads(
@@ -84,8 +93,6 @@ def parse_canonical(data: bytes) -> Any:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc
     except RecursionError as exc:  # the C scanner's own guard, far past MAX_ENCODING_DEPTH
         raise CanonicalJSONError("JSON nests too deep to parse") from exc
-    if canonical_json(value) != data:
-        raise CanonicalJSONError("JSON is valid but not in canonical form")
     return value
 
 

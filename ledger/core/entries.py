@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.core.canonical import CanonicalJSONError, canonical_json, parse_canonical
+from ledger.core.canonical import (
+    CanonicalJSONError,
+    canonical_json,
+    parse_canonical,
+    parse_checked,
+)
 from ledger.core.merkle import leaf_hash
 
 ENTRY_VERSION = 1
@@ -84,7 +89,16 @@ class Entry:
         )
 
     def body_value(self) -> Any:
-        return parse_canonical(self.body)
+        """The body's value, a new one each call; its bytes are checked canonical once."""
+        if self.__dict__.get("_canonical"):
+            return parse_checked(self.body)
+        value = parse_canonical(self.body)
+        self._checked()
+        return value
+
+    def _checked(self) -> None:
+        """Note that the body's bytes are canonical (a frozen entry's one note to itself)."""
+        object.__setattr__(self, "_canonical", True)
 
 
 def check_entry_fields(*, kind: str, effect_id: str, body: bytes) -> None:
@@ -205,4 +219,6 @@ def entry_from_leaf(leaf: bytes) -> Entry:
         raise EntryError("entry does not re-encode to the bytes it was read from")
     fields["body"] = leaf[len(_BODY_KEY) : len(leaf) - len(tail)]
     # The bytes were read and re-encoded to themselves: hashing what was read is sealing.
-    return Entry(**fields, entry_hash=leaf_hash(leaf))
+    entry = Entry(**fields, entry_hash=leaf_hash(leaf))
+    entry._checked()  # a value of the canonical leaf's, so canonical itself
+    return entry
