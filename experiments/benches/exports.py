@@ -20,7 +20,10 @@ PostgreSQL, each beside a baseline measured in the same run.
 4. Baselines, each a subprocess measured the same way: reading every entry of the log from the
    database (ledger.selectors.iter_entries), reading the export's lines, and reading them with
    json.loads on each. Both sizes are run, so peak RSS can be set beside the file's growth.
-5. With --breakdown, where the time goes: the larger export and its verification once more, in
+5. The goals (issue 20), at the larger size, each measured against its target, met or not:
+   at least EXPORT_GOAL receipts a minute exported and VERIFY_GOAL verified, at most BYTES_GOAL
+   bytes of export per receipt, and peak RSS bounded as below; then the machine's load.
+6. With --breakdown, where the time goes: the larger export and its verification once more, in
    this process, with a timer around each step the exporter and the verifier call.
 
 The benchmark is also a correctness check: the rebuilt projection must hold every effect in its
@@ -63,7 +66,8 @@ from unittest import mock
 
 from experiments.kit.bench import bar, parser, print_total, progress
 from experiments.kit.database import add_database_argument, bench_database
-from experiments.kit.machine import environment, print_environment
+from experiments.kit.machine import CORES, LOAD_AT_START, environment, print_environment
+from experiments.kit.served import print_goals, verdict
 from experiments.kit.tables import aligned_table
 from gate_client.journal import DispatchRequest
 from gate_client.proposal import Proposal
@@ -82,6 +86,10 @@ REQUESTER = "support-agent"
 AMOUNT_LIMIT = 50_000
 EFFECTS_PER_APPEND = 1_000  # effects whose entries go into one append_entries call
 MEMORY_GROWTH_LIMIT = 1.5  # peak RSS at N over peak RSS at N/4
+# The goals of the exports and their verification (issue 20), at the larger size.
+EXPORT_GOAL = 250_000  # receipts per minute exported
+VERIFY_GOAL = 400_000  # receipts per minute verified
+BYTES_GOAL = 2_500  # bytes of export per receipt
 PROGRESS_EVERY = 10.0  # seconds between progress lines while a subprocess runs
 SEED = 4127
 
@@ -586,6 +594,41 @@ def figures_table(m: Measured) -> str:
     )
 
 
+def goal_rows(small: Measured, large: Measured) -> list[list[str]]:
+    """Each goal at the larger size, measured against its target: met or not."""
+    receipts = large.built.effects
+    exported = receipts / large.export.seconds * 60
+    verified = receipts / large.verify.seconds * 60
+    per_receipt = large.bytes / receipts
+    memory = max(
+        getattr(large, field).peak_rss / getattr(small, field).peak_rss
+        for field in ("export", "verify")
+    )
+    return [
+        [
+            f"export >= {EXPORT_GOAL:,} receipts/min",
+            f"{exported:,.0f} receipts/min ({exported / EXPORT_GOAL:.2f}x the target)",
+            verdict(exported >= EXPORT_GOAL),
+        ],
+        [
+            f"verification >= {VERIFY_GOAL:,} receipts/min",
+            f"{verified:,.0f} receipts/min ({verified / VERIFY_GOAL:.2f}x the target)",
+            verdict(verified >= VERIFY_GOAL),
+        ],
+        [
+            f"export <= {BYTES_GOAL:,} bytes per receipt",
+            f"{per_receipt:,.0f} bytes per receipt",
+            verdict(per_receipt <= BYTES_GOAL),
+        ],
+        [
+            f"bounded memory: peak RSS x{MEMORY_GROWTH_LIMIT:g} at most while the file grows "
+            f"x{large.bytes / small.bytes:.1f}",
+            f"x{memory:.2f} (the larger of the exporter's and the verifier's)",
+            verdict(memory <= MEMORY_GROWTH_LIMIT),
+        ],
+    ]
+
+
 def memory_table(small: Measured, large: Measured) -> tuple[str, list[str]]:
     rows, problems = [], []
     grown = large.bytes / small.bytes
@@ -634,7 +677,6 @@ def where_time_goes(measured: Measured) -> str:
 
     from gate_client import verify
     from gate_client.receipts import Receipt
-    from ledger import selectors
     from ledger.core.note import parse_vkey
     from notary import exports
     from notary.models import Tenant
@@ -652,19 +694,18 @@ def where_time_goes(measured: Measured) -> str:
         return timed
 
     export_steps = {
-        "tlog_proofs": (exports, "tlog_proofs"),
-        "of which fetch_nodes (one SQL query a chunk)": (selectors, "fetch_nodes"),
+        "_Prover.proofs (the chunk's proof hashes)": (exports._Prover, "proofs"),
+        "of which fetch_nodes (one SQL query a chunk)": (exports, "fetch_nodes"),
         "derive_receipt": (exports, "derive_receipt"),
         "Receipt.to_dict": (Receipt, "to_dict"),
         "entries_at (the chunk's lease entries)": (exports, "entries_at"),
-        "_proved (leaf bytes, base64)": (exports, "_proved"),
+        "_Prover.proved (leaf bytes, check, base64)": (exports._Prover, "proved"),
         "_line (json.dumps)": (exports, "_line"),
     }
     verify_steps = {
         "_record (json.loads of a line)": (verify, "_record"),
         "entry_from_leaf (canonical checks, entry hash)": (verify, "entry_from_leaf"),
-        "parse_tlog_proof": (verify, "parse_tlog_proof"),
-        "verify_inclusion": (verify, "verify_inclusion"),
+        "verify_in_subtree": (verify, "verify_in_subtree"),
         "derive_receipt": (verify, "derive_receipt"),
     }
     rows: list[list[str]] = []
@@ -820,6 +861,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             "process; the rest is the caller's own work (for the export: the ORM reads of effect "
             "ids and entries, and the entry-line pass)."
         )
+    print_goals(goal_rows(small, large))
+    print(
+        f"\nMachine load (1-minute average) {LOAD_AT_START:.2f} at start, "
+        f"{os.getloadavg()[0]:.2f} at the end, on {CORES} CPUs: other work on the machine "
+        "slows every figure, the baselines measured beside them too."
+    )
     print_total()
     if problems:
         raise SystemExit("peak memory grows with the export:\n" + "\n".join(problems))
