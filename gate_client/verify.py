@@ -492,8 +492,8 @@ class _Walk:
     def _proved(self, item: Any, where: str) -> Entry:
         """The entry in `item`, proved included in the checkpoint's tree."""
         try:
-            entry = entry_from_leaf(base64.b64decode(item["leaf"], validate=True))
-        except (KeyError, TypeError, binascii.Error, EntryError) as exc:
+            entry = entry_from_leaf(_leaf_of(item, v1=self.cut is None))
+        except (KeyError, TypeError, UnicodeError, binascii.Error, EntryError) as exc:
             raise Failure("integrity", where, f"unreadable entry: {exc}") from exc
         if item.get("seq") != entry.seq:
             raise Failure("integrity", where, f"entry {entry.seq} is labelled as another seq")
@@ -573,6 +573,16 @@ class _Walk:
                 raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
             return
         self.copies[entry.seq] = entry.entry_hash
+
+
+def _leaf_of(item: Any, *, v1: bool) -> bytes:
+    """An entry's exact bytes: in v1 as base64, in v2 as the text of its UTF-8."""
+    if v1:
+        return base64.b64decode(item["leaf"], validate=True)
+    text = item["text"]
+    if not isinstance(text, str):
+        raise TypeError("an entry's text is not a string")
+    return text.encode("utf-8")
 
 
 def _check_mandate(entry: Entry, where: str) -> None:

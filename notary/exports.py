@@ -8,17 +8,18 @@ The format, interlock-receipts-export/v2, is JSON Lines, one object a line:
   The auditor trusts only the vkeys it was given; the verifier still requires the export's own
   to verify the checkpoint, and every receipt line to match the filter.
 - `receipt` lines, in ascending effect id: the receipt as of the checkpoint, and every entry it
-  derives from, each as its exact bytes (base64) with its inclusion proof within its subtree
-  (the hashes only: the checkpoint and the subtrees are the header's). An effect's own entries
-  live here; its lease's entries come along as copies.
+  derives from, each as its exact bytes (`text`: the canonical JSON leaf is UTF-8, so a JSON
+  string holds it exactly) with its inclusion proof within its subtree (its hashes, joined, in
+  base64: the checkpoint and the subtrees are the header's). An effect's own entries live
+  here; its lease's entries come along as copies.
 - `entry` lines, in ascending seq: every other entry of the range (leases, effects the filter
   left out), with its proof. So each seq of the range has exactly one home, and an auditor can
   tell that nothing was left out.
 - `footer`: how many receipt and entry lines came before it.
 
 On request (`tlog_proofs`), the export is interlock-receipts-export/v1 instead: no subtrees in
-the header, and each entry's proof a whole C2SP tlog-proof against the checkpoint, which any
-tlog-proof verifier checks alone.
+the header, each entry's bytes in base64 (`leaf`) and its proof a whole C2SP tlog-proof against
+the checkpoint, which any tlog-proof verifier checks alone.
 
 It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
 log (beyond one bit per entry, to know which entries a receipt line already carried). Its
@@ -84,7 +85,7 @@ EXPORT_FORMAT = "interlock-receipts-export/v2"
 TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"  # each entry with a whole C2SP tlog-proof
 # Entries per subtree the header states, as 2**height: each proof is `height` hashes, the
 # header a hash per 2**height entries.
-SUBTREE_HEIGHT = 8
+SUBTREE_HEIGHT = 5
 _CHUNK = 500
 # What reading an altered database can raise: a row that is not an entry, a node that is gone.
 _DAMAGE = (EntryError, ReceiptError, ProofError, LedgerLookupError, KeyError, ValueError)
@@ -336,7 +337,11 @@ class _Prover:
                 f"entry {entry.seq} of {tree.origin} is not in the tree signed at size "
                 f"{tree.size} ({exc})"
             ) from exc
-        return {"seq": entry.seq, "leaf": base64.b64encode(leaf).decode("ascii"), "proof": proof}
+        if self.subtrees is None:
+            shown = {"leaf": base64.b64encode(leaf).decode("ascii")}
+        else:
+            shown = {"text": leaf.decode("utf-8")}
+        return {"seq": entry.seq, **shown, "proof": proof}
 
 
 def _entry_lines(tenant: Tenant, prover: _Prover, carried: bytearray) -> Iterator[str]:

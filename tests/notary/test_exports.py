@@ -317,7 +317,8 @@ def rehomed(lines: list[bytes], effect_id: str, keep: int | None = None) -> list
 
 
 def _leaf(item: dict[str, Any]) -> bytes:
-    return base64.b64decode(item["leaf"])
+    """An entry's bytes as an export carries them: in v1 as base64, in v2 as text."""
+    return base64.b64decode(item["leaf"]) if "leaf" in item else item["text"].encode()
 
 
 def committed_effect(shop: Tenant, lines: list[bytes]) -> str:

@@ -4,7 +4,6 @@ in the admin's history."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import replace
@@ -142,7 +141,7 @@ def test_a_note_is_a_ledger_entry_shown_with_its_author_and_exported(
     report = verify_export(lines, [log_verifier(acme.log.origin, signer)])
     assert report.receipts == 4 and report.outcomes["AMBIGUOUS"] == 3
     [line] = [json.loads(x) for x in lines if effect.effect_id.encode() in x and b'"receipt"' in x]
-    carried = [entry_from_leaf(base64.b64decode(e["leaf"])) for e in line["entries"]]
+    carried = [entry_from_leaf(e["text"].encode()) for e in line["entries"]]
     assert [e.body_value() for e in carried if e.kind == EntryKind.NOTED] == [
         {"by": "fiona", "text": text}
     ]
