@@ -72,7 +72,17 @@ def canonical_json(value: Any) -> bytes:
 
 def parse_canonical(data: bytes) -> Any:
     """Decode bytes that must already be canonical JSON; anything else is refused, not repaired."""
-    value = parse_checked(data)
+    shape = _Shape()
+    value = _parse(data, shape)
+    # Without numbers that parse as floats, keys past the BMP (the two places where JCS and
+    # Python's sorted, compact json.dumps differ) or nesting past the encoder's limit, the
+    # C encoder writes what canonical_json would: bytes equal to it are canonical.
+    if (
+        shape.plain
+        and data.count(b"[") + data.count(b"{") <= MAX_ENCODING_DEPTH
+        and _plain_json(value) == data
+    ):
+        return value
     if canonical_json(value) != data:
         raise CanonicalJSONError("JSON is valid but not in canonical form")
     return value
@@ -81,19 +91,56 @@ def parse_canonical(data: bytes) -> Any:
 def parse_checked(data: bytes) -> Any:
     """Decode bytes parse_canonical has accepted before (or a part of such bytes that is a
     value of its own): the same value, without encoding it again to compare."""
+    return _parse(data, _Shape())
+
+
+class _Shape:
+    """What parsing saw that only canonical_json encodes as JCS says: a float, a key past the
+    Basic Multilingual Plane (JCS orders keys by UTF-16 code units, Python by code points)."""
+
+    def __init__(self) -> None:
+        self.plain = True
+
+    def number(self, text: str) -> float:
+        self.plain = False
+        return float(text)
+
+    def integer(self, text: str) -> int | float:
+        value = _parse_integer(text)
+        if isinstance(value, float):
+            self.plain = False
+        return value
+
+    def pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if self.plain and any(not key.isascii() and max(key) > "\uffff" for key, _ in pairs):
+            self.plain = False
+        return _refuse_duplicate_keys(pairs)
+
+
+def _parse(data: bytes, shape: _Shape) -> Any:
     try:
         text = data.decode("utf-8")
-        value = json.loads(
+        return json.loads(
             text,
             parse_constant=_refuse_constant,
-            parse_int=_parse_integer,
-            object_pairs_hook=_refuse_duplicate_keys,
+            parse_float=shape.number,
+            parse_int=shape.integer,
+            object_pairs_hook=shape.pairs,
         )
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc
     except RecursionError as exc:  # the C scanner's own guard, far past MAX_ENCODING_DEPTH
         raise CanonicalJSONError("JSON nests too deep to parse") from exc
-    return value
+
+
+def _plain_json(value: Any) -> bytes | None:
+    """json.dumps sorted and compact, in UTF-8; None for a string no UTF-8 can hold."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode(
+            "utf-8"
+        )
+    except UnicodeEncodeError:
+        return None
 
 
 def _encode(value: Any, out: list[str], path: str, depth: int) -> None:

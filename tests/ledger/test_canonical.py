@@ -148,3 +148,31 @@ def test_encoding_and_parsing_refuse_what_nests_too_deep_instead_of_overflowing(
         canonical_json(_nested(100_000))
     with pytest.raises(CanonicalJSONError):
         parse_canonical(b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize(
+    ("data", "canonical"),
+    [
+        (b"[1]", True),
+        (b"[1.0]", False),  # Python's spelling of a float, not JCS's
+        (b"[1.5,1e+21]", True),
+        (b"[1e21]", False),
+        (b"[9007199254740993]", False),  # a large integer is a double: 9007199254740992
+        ('{"\U0001f600":1,"\uffff":2}'.encode(), True),  # UTF-16 order, not code points
+        ('{"\uffff":2,"\U0001f600":1}'.encode(), False),
+        (b"[" * MAX_ENCODING_DEPTH + b"]" * MAX_ENCODING_DEPTH, True),
+        (b"[" * (MAX_ENCODING_DEPTH + 1) + b"]" * (MAX_ENCODING_DEPTH + 1), False),
+        (b'["\\ud800"]', False),  # a lone surrogate has no UTF-8
+        (b'{"a":1,"b":[true,null,"\\u001f\\n"]}', True),
+        (b'{"b":1,"a":2}', False),
+    ],
+)
+def test_parse_canonical_accepts_exactly_what_canonical_json_writes(
+    data: bytes, canonical: bool
+) -> None:
+    """The C encoder's shortcut never accepts what the JCS encoder would not have written."""
+    if canonical:
+        assert canonical_json(parse_canonical(data)) == data
+    else:
+        with pytest.raises(CanonicalJSONError):
+            parse_canonical(data)
