@@ -295,7 +295,7 @@ class _Cut:
             height = stated["height"]
             if not isinstance(height, int) or isinstance(height, bool):
                 raise TypeError("height is not an integer")
-            hashes = split_hashes(base64.b64decode(stated["hashes"], validate=True))
+            hashes = split_hashes(_hashes_of(stated["hashes"]))
             expected = len(subtree_ranges(checkpoint.size, height))
         except (KeyError, TypeError, binascii.Error, ProofError) as exc:
             raise Failure("authenticity", "line 1", f"unreadable subtrees: {exc}") from exc
@@ -502,7 +502,7 @@ class _Walk:
             hashes = self._tlog_proof(item, entry, where)
         else:
             try:
-                hashes = split_hashes(base64.b64decode(item["proof"], validate=True))
+                hashes = split_hashes(_hashes_of(item["proof"]))
             except (KeyError, TypeError, binascii.Error, ProofError) as exc:
                 raise Failure("integrity", where, f"unreadable proof: {exc}") from exc
         try:
@@ -573,6 +573,17 @@ class _Walk:
                 raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
             return
         self.copies[entry.seq] = entry.entry_hash
+
+
+def _hashes_of(text: Any) -> bytes:
+    """Joined hashes in base64, spelled only the one way that encodes them: the bits padding
+    leaves over must be zero, so no other text stands for the same hashes."""
+    if not isinstance(text, str):
+        raise TypeError("hashes are not a base64 string")
+    joined = base64.b64decode(text, validate=True)
+    if base64.b64encode(joined).decode("ascii") != text:
+        raise binascii.Error("not the canonical base64 of its bytes")
+    return joined
 
 
 def _leaf_of(item: Any, *, v1: bool) -> bytes:
