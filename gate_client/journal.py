@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -363,12 +364,18 @@ class LocalJournal:
                 if not holds.recorded(history, hold):
                     self._append(EntryKind.HELD, request.effect_id, hold.body())
                 raise EffectHeld(hold.held_by, hold.detail)
-            spends = spends_before(self._entries, lease_id=request.lease_id, seq=len(self._entries))
+            # The lease's spends are read only if it has budgets, once for all of them: every
+            # dispatch of the journal need not replay every effect.
+            spends = cache(
+                partial(
+                    spends_before, self._entries, lease_id=request.lease_id, seq=len(self._entries)
+                )
+            )
             body = request.checked_entry_body(
                 state,
                 now=now,
                 spender=LOCAL_SPENDER,
-                spent_for=lambda budget: spent_in(spends, budget, now=now, spender=LOCAL_SPENDER),
+                spent_for=lambda budget: spent_in(spends(), budget, now=now, spender=LOCAL_SPENDER),
             )
             return self._append(EntryKind.DISPATCHED, request.effect_id, body, created_at=now)
 
