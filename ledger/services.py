@@ -3,16 +3,23 @@
 Appends to one log are serialized on its Log row (SELECT ... FOR UPDATE), which is what makes seq
 gapless and the chain and tree single-file under any number of writer processes. The lock lasts
 until the caller's transaction commits, so a caller that records a state change and its entry in
-one transaction also orders them in the log."""
+one transaction also orders them in the log.
+
+Group commit: work on a log started outside a transaction (in_log_order, and append_entries on
+its own) is combined with what other threads of the process want of the same log at that moment
+(ledger.core.combining). One thread takes the lock, does every waiting caller's work in order,
+each still under the lock and after all before it, commits once, and then answers them all: one
+disk flush for the batch instead of one per caller, and nobody hears "done" before the commit."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -22,6 +29,7 @@ from ledger import selectors
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier
+from ledger.core.combining import Combiner, Take, Turn
 from ledger.core.cosignature import CosignatureError, CosignerVerifier
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
@@ -40,6 +48,7 @@ from ledger.models import (
 
 # Signing refused because the stored history disagrees with itself or with what was signed.
 alerts = logging.getLogger("ledger.alerts")
+logger = logging.getLogger(__name__)
 
 
 class LedgerInputError(ValueError):
@@ -85,10 +94,27 @@ def lock_log(*, log: Log) -> datetime:
     on what the caller appends, so a check made now and the entry recording it share one instant."""
     if not connection.in_atomic_block:
         raise LedgerInputError("lock_log needs a transaction to hold the lock in")
-    with connection.cursor() as cursor:
-        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-        cursor.execute(_READ_HEAD + lock, [log.pk])
+    if log.pk not in _batch_heads():  # a batch's leader holds it already
+        _read_head(log)
     return timezone.now()
+
+
+def in_log_order(*, log: Log, work: Callable[[datetime], T], durable: bool = True) -> T:
+    """Run `work(now)` holding the log's append lock, so that what it reads and the entries it
+    appends sit after every entry before them and before every entry after them, in one
+    transaction; return its result once that transaction has committed. `now` is the instant to
+    check against and to stamp on those entries.
+
+    Called outside a transaction, the work is combined with other threads' (group commit, above):
+    it shares their transaction and commit, inside a savepoint of its own when it shares, so what
+    it raises undoes its own writes only. Called inside a transaction it joins that one, as
+    lock_log does, unless `durable` (refused there, as by transaction.atomic(durable=True))."""
+    if connection.in_atomic_block:
+        # Durable inside a transaction is refused, but in a test case's: its savepoint stands
+        # in for the transaction of its own the work would have outside.
+        with transaction.atomic(durable=durable, savepoint=durable):
+            return work(lock_log(log=log))
+    return cast(T, _combined(log, _Work(run=work)))
 
 
 def append_entries(
@@ -97,42 +123,154 @@ def append_entries(
     """Append entries in order, all in one transaction; return them with their seqs.
 
     Everything that can be done without the lock (encoding, validation) is done before taking
-    it, and the locked part is four plain statements: with every appender of the log queued
-    behind this one until commit, time under the lock is the log's throughput. `created_at`
+    it; under it, the entries, their Merkle nodes and the new head are one statement. Outside a
+    transaction the append is group-committed (above) and returns once committed. `created_at`
     is for a caller holding lock_log(); by default the entries are stamped under the lock."""
-    prepared = [(_encode_body(item.body), item) for item in items]
-    for body, item in prepared:
+    prepared = [_checked_item(item) for item in items]
+    if not connection.in_atomic_block:
+        return cast(list[Entry], _combined(log, _Work(run=None, entries=prepared)))
+    with transaction.atomic(savepoint=False):
+        return _append_locked(log, prepared, created_at or timezone.now())
+
+
+T = TypeVar("T")
+Prepared = tuple[bytes, NewEntry]  # an item with its body's canonical bytes, checked
+Head = tuple[int, bytes, bytes]  # size, head hash, Merkle frontier, as the log row keeps them
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One caller's turn in a batch: work to run under the lock, or (run None) entries to append."""
+
+    run: Callable[[datetime], Any] | None
+    entries: Sequence[Prepared] = ()
+
+
+# The log heads a thread holds the lock of while it leads their batch ({log id: Head}): the
+# batch's appends read and move the head here instead of reading the row again.
+_leader = threading.local()
+_combiners: dict[tuple[str, int], Combiner[_Work]] = {}
+_combiners_mutex = threading.Lock()
+
+
+def _batch_heads() -> dict[int, Head]:
+    heads: dict[int, Head] | None = getattr(_leader, "heads", None)
+    if heads is None:
+        heads = _leader.heads = {}
+    return heads
+
+
+def _combined(log: Log, work: _Work) -> object:
+    with _combiners_mutex:
+        combiner = _combiners.setdefault((connection.alias, log.pk), Combiner())
+    turn = Turn(work)
+    combiner.submit(turn, partial(_lead, log))
+    return turn.outcome()
+
+
+def _lead(log: Log, take: Take[_Work]) -> None:
+    """Run one batch: lock the log, take what waits, do it in order, commit once."""
+    committed = False
+
+    def mark_committed() -> None:
+        nonlocal committed
+        committed = True
+
+    heads = _batch_heads()
+    try:
+        with transaction.atomic(durable=True):
+            transaction.on_commit(mark_committed)  # the first hook: runs before any work's
+            heads[log.pk] = _read_head(log)
+            try:
+                _run_batch(log, take())
+            finally:
+                del heads[log.pk]
+    except Exception:
+        if not committed:
+            raise  # nothing of the batch is written: every turn's error
+        # A work's commit hook failed after the commit: the results stand.
+        logger.exception("ledger %s: a commit hook failed after a batch committed", log.origin)
+
+
+def _run_batch(log: Log, batch: list[Turn[_Work]]) -> None:
+    """Each turn in arrival order; consecutive plain appends written as one."""
+    shared = len(batch) > 1
+    appends: list[Turn[_Work]] = []
+    for turn in batch:
+        if turn.work.run is None:
+            appends.append(turn)
+            continue
+        _append_turns(log, appends)
+        appends = []
+        if not shared:
+            turn.result = turn.work.run(timezone.now())  # what it raises fails the batch: itself
+            continue
+        before = _batch_heads()[log.pk]
         try:
-            check_entry_fields(kind=item.kind, effect_id=item.effect_id, body=body)
-        except EntryError as exc:
-            raise LedgerInputError(str(exc)) from exc
-    with transaction.atomic(), connection.cursor() as cursor:
+            with transaction.atomic():  # a savepoint: a refusal undoes this turn only
+                turn.result = turn.work.run(timezone.now())
+        except Exception as exc:
+            _batch_heads()[log.pk] = before
+            turn.error = exc
+    _append_turns(log, appends)
+
+
+def _append_turns(log: Log, turns: Sequence[Turn[_Work]]) -> None:
+    if not turns:
+        return
+    rows = _append_locked(log, [item for turn in turns for item in turn.work.entries], None)
+    for turn in turns:
+        turn.result, rows = rows[: len(turn.work.entries)], rows[len(turn.work.entries) :]
+
+
+def _append_locked(log: Log, prepared: Sequence[Prepared], now: datetime | None) -> list[Entry]:
+    heads = _batch_heads()
+    size, prev_hash, frontier_bytes = heads.get(log.pk) or _read_head(log)
+    frontier = Frontier.from_bytes(size, frontier_bytes)
+    now = now or timezone.now()
+    sealed: list[LedgerEntry] = []
+    nodes: list[tuple[NodeId, bytes]] = []
+    for body, item in prepared:
+        entry = seal_entry(
+            seq=frontier.size,
+            kind=item.kind,
+            effect_id=item.effect_id,
+            body=body,
+            created_at=now,
+            prev_hash=prev_hash,
+        )
+        nodes.extend(frontier.append(entry.entry_hash))
+        sealed.append(entry)
+        prev_hash = entry.entry_hash
+    head = (frontier.size, prev_hash, frontier.to_bytes())
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            ids = _write_postgresql(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
+        else:
+            ids = _write_generic(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
+    if log.pk in heads:
+        heads[log.pk] = head
+    log.size, log.head_hash, log.frontier = head
+    return [_entry_row(ids[entry.seq], log, entry) for entry in sealed]
+
+
+def _read_head(log: Log) -> Head:
+    """The log's head row, locked until the transaction ends."""
+    with connection.cursor() as cursor:
         # SQLite has no row locks; its IMMEDIATE transactions (settings) serialize writers instead.
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         cursor.execute(_READ_HEAD + lock, [log.pk])
-        size, head_hash, frontier_bytes = cursor.fetchone()
-        frontier = Frontier.from_bytes(size, bytes(frontier_bytes))
-        prev_hash = bytes(head_hash)
-        now = created_at or timezone.now()
-        sealed: list[LedgerEntry] = []
-        nodes: list[tuple[NodeId, bytes]] = []
-        for body, item in prepared:
-            entry = seal_entry(
-                seq=frontier.size,
-                kind=item.kind,
-                effect_id=item.effect_id,
-                body=body,
-                created_at=now,
-                prev_hash=prev_hash,
-            )
-            nodes.extend(frontier.append(entry.entry_hash))
-            sealed.append(entry)
-            prev_hash = entry.entry_hash
-        ids = _insert_entries(cursor, log_id=log.pk, entries=sealed)
-        _insert_nodes(cursor, log_id=log.pk, nodes=nodes)
-        cursor.execute(_UPDATE_HEAD, [frontier.size, prev_hash, frontier.to_bytes(), log.pk])
-    log.size, log.head_hash, log.frontier = frontier.size, prev_hash, frontier.to_bytes()
-    return [_entry_row(ids[entry.seq], log, entry) for entry in sealed]
+        size, head_hash, frontier = cursor.fetchone()
+    return size, bytes(head_hash), bytes(frontier)
+
+
+def _checked_item(item: NewEntry) -> Prepared:
+    body = _encode_body(item.body)
+    try:
+        check_entry_fields(kind=item.kind, effect_id=item.effect_id, body=body)
+    except EntryError as exc:
+        raise LedgerInputError(str(exc)) from exc
+    return body, item
 
 
 def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
@@ -257,6 +395,72 @@ _READ_HEAD = f"SELECT size, head_hash, frontier FROM {_LOG_TABLE} WHERE id = %s"
 _UPDATE_HEAD = f"UPDATE {_LOG_TABLE} SET size = %s, head_hash = %s, frontier = %s WHERE id = %s"
 _ENTRY_COLUMNS = "log_id, seq, kind, effect_id, body, prev_hash, entry_hash, created_at"
 _ROWS_PER_INSERT = 100  # keeps statements far below every backend's placeholder limit
+# One round trip for all an append writes: arrays instead of a placeholder per value, nodes in
+# completion order (ORDINALITY), so id order is append order (verify_log relies on it).
+_WRITE_POSTGRESQL = f"""
+WITH appended AS (
+    INSERT INTO {_ENTRY_TABLE} ({_ENTRY_COLUMNS})
+    SELECT %s, * FROM unnest(
+        %s::bigint[], %s::varchar[], %s::varchar[], %s::bytea[], %s::bytea[], %s::bytea[],
+        %s::timestamptz[]
+    )
+    RETURNING id, seq
+), nodes AS (
+    INSERT INTO {_NODE_TABLE} (log_id, level, "index", hash)
+    SELECT %s, level, position, hash
+    FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[]) WITH ORDINALITY
+        AS node(level, position, hash, n)
+    ORDER BY n
+), head AS (
+    UPDATE {_LOG_TABLE} SET size = %s, head_hash = %s, frontier = %s WHERE id = %s
+)
+SELECT id, seq FROM appended"""
+
+
+def _write_postgresql(
+    cursor: Any,
+    *,
+    log_id: int,
+    entries: Sequence[LedgerEntry],
+    nodes: Sequence[tuple[NodeId, bytes]],
+    head: Head,
+) -> dict[int, int]:
+    """Insert entry and node rows and move the head, in one statement; entry ids by seq."""
+    cursor.execute(
+        _WRITE_POSTGRESQL,
+        [
+            log_id,
+            [e.seq for e in entries],
+            [e.kind for e in entries],
+            [e.effect_id for e in entries],
+            [e.body for e in entries],
+            [e.prev_hash for e in entries],
+            [e.entry_hash for e in entries],
+            [e.created_at for e in entries],
+            log_id,
+            [level for (level, _), _ in nodes],
+            [index for (_, index), _ in nodes],
+            [node for _, node in nodes],
+            *head,
+            log_id,
+        ],
+    )
+    return {seq: pk for pk, seq in cursor.fetchall()}
+
+
+def _write_generic(
+    cursor: Any,
+    *,
+    log_id: int,
+    entries: Sequence[LedgerEntry],
+    nodes: Sequence[tuple[NodeId, bytes]],
+    head: Head,
+) -> dict[int, int]:
+    """The same rows for a backend without arrays (SQLite, the embedded default)."""
+    ids = _insert_entries(cursor, log_id=log_id, entries=entries)
+    _insert_nodes(cursor, log_id=log_id, nodes=nodes)
+    cursor.execute(_UPDATE_HEAD, [*head, log_id])
+    return ids
 
 
 def _insert_entries(cursor: Any, *, log_id: int, entries: Sequence[LedgerEntry]) -> dict[int, int]:
