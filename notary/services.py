@@ -10,6 +10,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -65,7 +66,14 @@ from ledger.selectors import (
     effect_entries,
     iter_effect_histories,
 )
-from ledger.services import NewEntry, append_entries, append_entry, ensure_log, lock_log
+from ledger.services import (
+    NewEntry,
+    append_entries,
+    append_entry,
+    ensure_log,
+    in_log_order,
+    lock_log,
+)
 from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
 from notary.groups import AUDITORS, FINANCE_REVIEWERS, ensure_review_groups
 from notary.identities import canonical_holder, same_holder
@@ -772,7 +780,6 @@ def effect_propose(
     return proposed
 
 
-@transaction.atomic(durable=True)
 def _propose(
     *,
     tenant: Tenant,
@@ -784,7 +791,20 @@ def _propose(
     _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
     if dispatch_premises is not None:
         _check_holding(dispatch_premises)
-    now = lock_log(log=tenant.log)
+    return in_log_order(
+        log=tenant.log,
+        work=partial(_propose_in_order, tenant, effect_id, proposal, dispatch_premises, dispatcher),
+    )
+
+
+def _propose_in_order(
+    tenant: Tenant,
+    effect_id: str,
+    proposal: Mapping[str, Any],
+    dispatch_premises: Sequence[Mapping[str, Any]] | None,
+    dispatcher: ApiKey | None,
+    now: datetime,
+) -> tuple[Proposed, Hold | None]:
     history = effect_entries(log=tenant.log, effect_id=effect_id)
     created = not any(e.kind == EntryKind.PROPOSED for e in history)
     standing_proposal = proposal if created else _proposed_body(history)
@@ -845,7 +865,6 @@ def effect_dispatch(
     return dispatched
 
 
-@transaction.atomic(durable=True)
 def _dispatch(
     *,
     tenant: Tenant,
@@ -856,7 +875,23 @@ def _dispatch(
     dispatcher: ApiKey | None,
 ) -> LedgerEntry | Hold:
     _check_holding(premises)
-    now = lock_log(log=tenant.log)
+    return in_log_order(
+        log=tenant.log,
+        work=partial(
+            _dispatch_in_order, tenant, effect_id, attempt, premises, recovery, dispatcher
+        ),
+    )
+
+
+def _dispatch_in_order(
+    tenant: Tenant,
+    effect_id: str,
+    attempt: int,
+    premises: Sequence[Mapping[str, Any]],
+    recovery: bool,
+    dispatcher: ApiKey | None,
+    now: datetime,
+) -> LedgerEntry | Hold:
     history = _history_of(tenant=tenant, effect_id=effect_id)
     current = last_attempt(history)
     if standing(history).state is not None:
@@ -941,7 +976,6 @@ def _held(hold: Hold) -> NotaryConflict:
     return NotaryConflict("held", hold.detail, held_by=hold.held_by)
 
 
-@transaction.atomic(durable=True)
 def effect_record_outcome(
     *, tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any]
 ) -> tuple[LedgerEntry, bool, list[LedgerEntry]]:
@@ -951,7 +985,14 @@ def effect_record_outcome(
     agents converge on one; an AMBIGUOUS one gives way to the agent's own late answer; an
     answer that contradicts what stands is kept as evidence, so the contradiction shows."""
     _check_outcome(kind=kind, body=body)
-    now = lock_log(log=tenant.log)
+    return in_log_order(
+        log=tenant.log, work=partial(_record_outcome_in_order, tenant, effect_id, kind, body)
+    )
+
+
+def _record_outcome_in_order(
+    tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any], now: datetime
+) -> tuple[LedgerEntry, bool, list[LedgerEntry]]:
     history = _history_of(tenant=tenant, effect_id=effect_id)
     refused = agent_outcome_refusal(history, kind, body)
     if refused is not None:
