@@ -19,12 +19,13 @@ import hashlib
 import io
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import psycopg
 
@@ -32,6 +33,7 @@ from experiments.kit.bench import parse, parser, print_total, progress
 from experiments.kit.database import bench_database, create_baseline_table, setup_django
 from experiments.kit.machine import environment, print_environment
 from experiments.kit.pool import Child, Pool
+from experiments.kit.served import print_goals, verdict
 from experiments.kit.stats import best_of, percentile, span
 from experiments.kit.tables import aligned_table
 from ledger.core.canonical import canonical_json
@@ -49,7 +51,6 @@ WRITERS_ORIGIN = "bench.interlock.example/writers"
 VERIFY_ORIGIN = "bench.interlock.example/verify"
 PROOFS_ORIGIN = "bench.interlock.example/proofs"
 SIGNER_NAME = "bench.interlock.example"
-WRITER_COUNTS = (1, 4, 16)
 FILL_BATCH = 1000
 VERIFY_CHECKPOINT_EVERY = 1000
 REPEATS = 3
@@ -89,6 +90,7 @@ class Throughput:
 class WriterJob:
     mode: WriterMode
     worker: int
+    threads: int
     seconds: float
     batch: int
 
@@ -100,6 +102,29 @@ class WriterResult:
     start: float
     last_commit: float
     rows: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How 16 (or n) concurrent writers are spread: processes, each with threads of its own."""
+
+    processes: int
+    threads: int
+
+    @property
+    def writers(self) -> int:
+        return self.processes * self.threads
+
+    def __str__(self) -> str:
+        return f"{self.processes} x {self.threads}"
+
+
+# One writer; 4 and 16 as processes of one thread (no two writers share a process, so group
+# commit has nobody to combine with); 16 as the notary's gunicorn runs them (2 workers x 8
+# threads) and as one process of 16 threads.
+SHAPES = (Shape(1, 1), Shape(4, 1), Shape(16, 1), Shape(2, 8), Shape(1, 16))
+GOAL_SHAPE = Shape(2, 8)
+GOAL_RATIO = 2.0
 
 
 def entry_body(worker: int, n: int) -> dict[str, Any]:
@@ -126,25 +151,76 @@ def baseline_body(worker: int) -> bytes:
     )
 
 
-def writer_setup(database_url: str) -> tuple[str, Log]:
-    """In each writer: Django on the bench database, and the log (which opens the connection)."""
+def writer_setup(database_url: str) -> str:
+    """In each writer process: Django on the bench database."""
     setup_django(database_url)
-    from ledger.services import ensure_log
-
-    return database_url, ensure_log(origin=WRITERS_ORIGIN)
+    return database_url
 
 
 def writer_run(child: Child, job: WriterJob) -> WriterResult:
-    database_url, log = child.state
-    if job.mode == "baseline":
-        return run_baseline(child, job, database_url)
-    return run_appends(child, job, log)
+    """`job.threads` writers in this process, each with its own connection, started together."""
+    database_url: str = child.state
+    connected = threading.Barrier(job.threads + 1)
+    go = threading.Event()
+    results: list[WriterResult | BaseException] = []
 
+    def writer(index: int) -> None:
+        worker = job.worker * job.threads + index
+        try:
+            loop = connect_writer(job, worker, database_url)
+            connected.wait()
+            go.wait()
+            results.append(loop())
+        except BaseException as exc:  # handed to the parent below
+            connected.abort()
+            results.append(exc)
 
-def run_baseline(child: Child, job: WriterJob, database_url: str) -> WriterResult:
-    body = baseline_body(job.worker)
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(job.threads)]
+    for thread in threads:
+        thread.start()
+    try:
+        connected.wait()
+    except threading.BrokenBarrierError:
+        pass
+    else:
         child.ready()
+    go.set()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    finished = cast(list[WriterResult], results)
+    return WriterResult(
+        min(r.start for r in finished),
+        max(r.last_commit for r in finished),
+        sum(r.rows for r in finished),
+    )
+
+
+def connect_writer(job: WriterJob, worker: int, database_url: str) -> Callable[[], WriterResult]:
+    """Open this writer's connection; return its timed loop."""
+    if job.mode == "baseline":
+        conn = psycopg.connect(database_url, autocommit=True)
+        return partial(run_baseline, job, worker, conn)
+    from django.db import connection
+
+    from ledger.services import ensure_log
+
+    log = ensure_log(origin=WRITERS_ORIGIN)  # opens this thread's connection
+
+    def appends() -> WriterResult:
+        try:
+            return run_appends(job, worker, log)
+        finally:
+            connection.close()
+
+    return appends
+
+
+def run_baseline(job: WriterJob, worker: int, conn: psycopg.Connection[Any]) -> WriterResult:
+    body = baseline_body(worker)
+    with conn:
         start = now = time.time()
         rows = 0
         while now < start + job.seconds:
@@ -154,20 +230,19 @@ def run_baseline(child: Child, job: WriterJob, database_url: str) -> WriterResul
     return WriterResult(start, now, rows)
 
 
-def run_appends(child: Child, job: WriterJob, log: Log) -> WriterResult:
+def run_appends(job: WriterJob, worker: int, log: Log) -> WriterResult:
     from ledger.services import NewEntry, append_entries, append_entry
 
     kind = EntryKind.OBSERVED.value
     rows = 0
-    child.ready()
     start = now = time.time()
     while now < start + job.seconds:
         if job.mode == "append_entry":
-            body = entry_body(job.worker, rows)
-            append_entry(log=log, kind=kind, body=body, effect_id=f"w{job.worker}-{rows}")
+            body = entry_body(worker, rows)
+            append_entry(log=log, kind=kind, body=body, effect_id=f"w{worker}-{rows}")
         else:
             items = [
-                NewEntry(kind=kind, body=entry_body(job.worker, n), effect_id=f"w{job.worker}-{n}")
+                NewEntry(kind=kind, body=entry_body(worker, n), effect_id=f"w{worker}-{n}")
                 for n in range(rows, rows + job.batch)
             ]
             append_entries(log=log, items=items)
@@ -177,16 +252,20 @@ def run_appends(child: Child, job: WriterJob, log: Log) -> WriterResult:
 
 
 def run_writers(
-    pool: Pool[WriterJob, WriterResult], mode: WriterMode, writers: int, seconds: float, batch: int
+    pool: Pool[WriterJob, WriterResult], mode: WriterMode, shape: Shape, seconds: float, batch: int
 ) -> Throughput:
-    """`writers` writers started together once all are connected; wall time runs from the first
-    start to the last commit. Appends are checked: the log grew by exactly what they counted."""
+    """The shape's writers started together once all are connected; wall time runs from the
+    first start to the last commit. Appends are checked: the log grew by exactly what they
+    counted, and it still verifies (chain, tree) from the start."""
     from ledger.selectors import log_head
     from ledger.services import ensure_log
 
     log = ensure_log(origin=WRITERS_ORIGIN)
     before = log_head(log=log).size
-    finished = pool.run([WriterJob(mode, worker, seconds, batch) for worker in range(writers)])
+    jobs = [
+        WriterJob(mode, worker, shape.threads, seconds, batch) for worker in range(shape.processes)
+    ]
+    finished = pool.run(jobs)
     result = Throughput(
         rows=sum(r.rows for r in finished),
         seconds=max(r.last_commit for r in finished) - min(r.start for r in finished),
@@ -197,36 +276,77 @@ def run_writers(
     return result
 
 
-def bench_writers(database_url: str, seconds: float, batches: Sequence[int]) -> str:
-    top = WRITER_COUNTS[-1]
+def check_writers_log() -> int:
+    """The writers' log verifies whole: every seq once, chained, its tree matching its head."""
+    from ledger import selectors
+    from ledger.services import ensure_log
+
+    log = ensure_log(origin=WRITERS_ORIGIN)
+    report = verify_log(
+        origin=log.origin,
+        entries=selectors.iter_entries(log=log),
+        nodes=selectors.iter_nodes(log=log),
+        checkpoints=[],
+        verifiers=[],
+        head=selectors.log_head(log=log),
+    )
+    return report.entries
+
+
+def bench_writers(
+    database_url: str, seconds: float, batches: Sequence[int]
+) -> tuple[str, list[list[str]]]:
+    top = max(shape.processes for shape in SHAPES)
     progress(f"writers: spawning {top} writer processes")
     rows: list[list[str]] = []
-    baselines: dict[int, Throughput] = {}
+    goal: list[list[str]] = []
     with Pool(top, writer_run, setup=partial(writer_setup, database_url), who="writer") as pool:
-        for writers in WRITER_COUNTS:
-            progress(f"writers: {writers} x INSERT+COMMIT baseline")
-            baselines[writers] = run_writers(pool, "baseline", writers, seconds, 1)
-            progress(f"writers: {writers} x append_entry")
-            appended = run_writers(pool, "append_entry", writers, seconds, 1)
-            rows.append(throughput_row("append_entry", writers, appended, baselines[writers]))
-        for batch in batches:
-            progress(f"writers: {top} x append_entries, {batch} entries per call")
-            appended = run_writers(pool, "append_entries", top, seconds, batch)
-            path = f"append_entries ({batch}/call)"
-            rows.append(throughput_row(path, top, appended, baselines[top]))
+        for shape in SHAPES:
+            progress(f"writers: {shape} x INSERT+COMMIT baseline")
+            baseline = run_writers(pool, "baseline", shape, seconds, 1)
+            progress(f"writers: {shape} x append_entry")
+            appended = run_writers(pool, "append_entry", shape, seconds, 1)
+            rows.append(throughput_row("append_entry", shape, appended, baseline))
+            if shape == GOAL_SHAPE:
+                ratio = appended.per_second / baseline.per_second
+                goal.append(
+                    [
+                        f"append_entry >= {GOAL_RATIO:g}x INSERT+COMMIT, {shape.writers} writers "
+                        f"({shape} processes x threads)",
+                        f"{ratio:.2f}x ({appended.per_second:,.0f} against "
+                        f"{baseline.per_second:,.0f} rows/s)",
+                        verdict(ratio >= GOAL_RATIO),
+                    ]
+                )
+                for batch in batches:
+                    progress(f"writers: {shape} x append_entries, {batch} entries per call")
+                    appended = run_writers(pool, "append_entries", shape, seconds, batch)
+                    path = f"append_entries ({batch}/call)"
+                    rows.append(throughput_row(path, shape, appended, baseline))
         progress("writers: stopping the writer processes")
-    return aligned_table(
-        ["path", "writers", "entries", "seconds", "entries/s", "INSERT+COMMIT rows/s", "ratio"],
+    progress("writers: verifying the writers' log")
+    entries = check_writers_log()
+    table = aligned_table(
+        [
+            "path",
+            "processes x threads",
+            "entries",
+            "seconds",
+            "entries/s",
+            "INSERT+COMMIT rows/s",
+            "ratio",
+        ],
         rows,
     )
+    return f"{table}\n\nThe writers' log verified whole afterwards: {entries:,} entries.", goal
 
 
 def throughput_row(
-    path: str, writers: int, measured: Throughput, baseline: Throughput
+    path: str, shape: Shape, measured: Throughput, baseline: Throughput
 ) -> list[str]:
     return [
         path,
-        str(writers),
+        str(shape),
         f"{measured.rows:,}",
         f"{measured.seconds:.2f}",
         f"{measured.per_second:,.0f}",
@@ -463,16 +583,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     profile, batches, database_url = parse_args(argv)
     with bench_database(database_url, keep=True):
         create_baseline_table(database_url)
-        writers = bench_writers(database_url, profile.seconds, batches)
+        writers, goal = bench_writers(database_url, profile.seconds, batches)
         verify = bench_verify(profile.verify_entries)
         built_line, proofs = bench_proofs(profile.proof_entries, profile.proofs)
         environment_rows = environment(database_url)
 
     print_environment(environment_rows)
+    print_goals(goal)
     print(f"\n## Appends ({profile.seconds:g} s per configuration, one log)\n")
     print(writers)
     print(
-        "\nratio = entries/s over INSERT+COMMIT rows/s with the same number of processes; each "
+        "\nratio = entries/s over INSERT+COMMIT rows/s of as many writers in the same processes "
+        "and threads (measured just before); each "
         f"baseline row is one transaction of {len(baseline_body(0))} bytes (an entry's leaf bytes)."
     )
     print(f"\n## Verification ({profile.verify_entries:,} entries, best of {REPEATS})\n")
