@@ -62,6 +62,15 @@ def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
 
 def canonical_json(value: Any) -> bytes:
     """Encode `value` as canonical JSON; raise CanonicalJSONError for what JCS cannot encode."""
+    if _is_plain(value, 0):
+        plain = _plain_json(value)
+        if plain is not None:
+            return plain
+    return _jcs(value)
+
+
+def _jcs(value: Any) -> bytes:
+    """JCS written out member by member: for every value, the plain ones included."""
     parts: list[str] = []
     _encode(value, parts, "$", 0)
     try:
@@ -136,11 +145,36 @@ def _parse(data: bytes, shape: _Shape) -> Any:
 def _plain_json(value: Any) -> bytes | None:
     """json.dumps sorted and compact, in UTF-8; None for a string no UTF-8 can hold."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode(
-            "utf-8"
-        )
+        return _PLAIN_ENCODER.encode(value).encode("utf-8")
     except UnicodeEncodeError:
         return None
+
+
+_PLAIN_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _is_plain(value: Any, depth: int) -> bool:
+    """Whether the C encoder (_plain_json) writes `value` exactly as JCS does: builtin types
+    only (no subclass, whose spelling json.dumps may not share), no float, no integer a double
+    cannot hold, keys of strings in the BMP (there code points and UTF-16 code units sort
+    alike), nesting within the encoder's limit. Anything else takes the written-out path."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if depth >= MAX_ENCODING_DEPTH:
+        return False
+    if kind is dict:
+        return all(
+            type(key) is str
+            and (key.isascii() or max(key) <= "\uffff")
+            and _is_plain(item, depth + 1)
+            for key, item in value.items()
+        )
+    if kind is list or kind is tuple:
+        return all(_is_plain(item, depth + 1) for item in value)
+    return False
 
 
 def _encode(value: Any, out: list[str], path: str, depth: int) -> None:

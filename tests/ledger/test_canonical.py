@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import enum
 import json
 import math
 
@@ -12,6 +13,7 @@ from ledger.core.canonical import (
     MAX_ENCODING_DEPTH,
     MAX_SAFE_INTEGER,
     CanonicalJSONError,
+    _jcs,
     canonical_json,
     check_depth,
     parse_canonical,
@@ -176,3 +178,44 @@ def test_parse_canonical_accepts_exactly_what_canonical_json_writes(
     else:
         with pytest.raises(CanonicalJSONError):
             parse_canonical(data)
+
+
+class _Colour(enum.StrEnum):
+    RED = "red"
+
+
+# Values of every kind canonical_json takes, the ones its C-encoder shortcut must pass over
+# included: floats, integers past a double, keys past the BMP beside keys just below it, tuples,
+# subclasses of the builtin types.
+mixed_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | st.just(_Colour.RED),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(
+            st.text() | st.sampled_from(["\U0001f600", "\ufb33", "\ue000x"]), children, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(mixed_values)
+def test_the_c_encoder_shortcut_writes_what_jcs_writes_member_by_member(value: object) -> None:
+    try:
+        expected = _jcs(value)
+    except CanonicalJSONError:
+        with pytest.raises(CanonicalJSONError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
+
+
+def test_the_shortcut_passes_over_keys_that_sort_apart_in_utf16() -> None:
+    # Python orders U+FB33 before U+1F600 (code points); JCS after it (UTF-16 code units).
+    assert canonical_json({"\ufb33": 1, "\U0001f600": 2}) == '{"\U0001f600":2,"\ufb33":1}'.encode()
