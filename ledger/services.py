@@ -243,10 +243,11 @@ def _append_locked(log: Log, prepared: Sequence[Prepared], now: datetime | None)
         sealed.append(entry)
         prev_hash = entry.entry_hash
     head = (frontier.size, prev_hash, frontier.to_bytes())
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":
+        with _server_bound_cursor() as cursor:
             ids = _write_postgresql(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
-        else:
+    else:
+        with connection.cursor() as cursor:
             ids = _write_generic(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
     if log.pk in heads:
         heads[log.pk] = head
@@ -401,20 +402,29 @@ _WRITE_POSTGRESQL = f"""
 WITH appended AS (
     INSERT INTO {_ENTRY_TABLE} ({_ENTRY_COLUMNS})
     SELECT %s, * FROM unnest(
-        %s::bigint[], %s::varchar[], %s::varchar[], %s::bytea[], %s::bytea[], %s::bytea[],
+        %s::bigint[], %s::varchar[], %s::varchar[], %b::bytea[], %b::bytea[], %b::bytea[],
         %s::timestamptz[]
     )
     RETURNING id, seq
 ), nodes AS (
     INSERT INTO {_NODE_TABLE} (log_id, level, "index", hash)
     SELECT %s, level, position, hash
-    FROM unnest(%s::smallint[], %s::bigint[], %s::bytea[]) WITH ORDINALITY
+    FROM unnest(%s::smallint[], %s::bigint[], %b::bytea[]) WITH ORDINALITY
         AS node(level, position, hash, n)
     ORDER BY n
 ), head AS (
-    UPDATE {_LOG_TABLE} SET size = %s, head_hash = %s, frontier = %s WHERE id = %s
+    UPDATE {_LOG_TABLE} SET size = %s, head_hash = %b, frontier = %b WHERE id = %s
 )
 SELECT id, seq FROM appended"""
+
+
+def _server_bound_cursor() -> Any:
+    """A cursor that sends parameters apart from the statement, the marked (%b) ones as raw
+    bytes: Django's default cursor spells every byte of every hash into the SQL text as hex."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def _write_postgresql(
