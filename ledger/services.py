@@ -21,6 +21,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar, cast
 
+import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -420,11 +421,11 @@ SELECT id, seq FROM appended"""
 
 def _server_bound_cursor() -> Any:
     """A cursor that sends parameters apart from the statement, the marked (%b) ones as raw
-    bytes: Django's default cursor spells every byte of every hash into the SQL text as hex."""
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
+    bytes: Django's default cursor spells every byte of every hash into the SQL text as hex.
+    Wrapped as Django wraps its own, so query logging and execute wrappers still see it."""
     connection.ensure_connection()
-    return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+    wrap = connection.make_debug_cursor if connection.queries_logged else connection.make_cursor
+    return wrap(cast(Any, psycopg.Cursor(connection.connection)))  # the stubs want a wrapper
 
 
 def _write_postgresql(
