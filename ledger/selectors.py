@@ -4,7 +4,7 @@ A proof asks for the O(log n) perfect subtrees it needs in one query, never a sc
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
-from ledger.core.verify import LogHead, SignedCheckpoint
+from ledger.core.verify import LogHead, SignedCheckpoint, VerificationReport, verify_log
 from ledger.models import Checkpoint, Cosignature, Entry, Log, MerkleNode, SigningKey, blob
 
 
@@ -302,6 +302,20 @@ def log_head(*, log: Log) -> LogHead:
     fresh = Log.objects.get(pk=log.pk)
     return LogHead(
         size=fresh.size, head_hash=bytes(fresh.head_hash), frontier=bytes(fresh.frontier)
+    )
+
+
+def verify_stored(*, log: Log, verifiers: Sequence[Verifier] = ()) -> VerificationReport:
+    """The log as stored, checked whole: every entry once and chained, the stored tree the
+    entries' and its head the log row's; with `verifiers`, every signed checkpoint as well.
+    Raises LogVerificationError at the first thing that does not hold."""
+    return verify_log(
+        origin=log.origin,
+        entries=iter_entries(log=log),
+        nodes=iter_nodes(log=log),
+        checkpoints=signed_checkpoints(log=log) if verifiers else [],
+        verifiers=verifiers,
+        head=log_head(log=log),
     )
 
 

@@ -281,16 +281,7 @@ def check_writers_log() -> int:
     from ledger import selectors
     from ledger.services import ensure_log
 
-    log = ensure_log(origin=WRITERS_ORIGIN)
-    report = verify_log(
-        origin=log.origin,
-        entries=selectors.iter_entries(log=log),
-        nodes=selectors.iter_nodes(log=log),
-        checkpoints=[],
-        verifiers=[],
-        head=selectors.log_head(log=log),
-    )
-    return report.entries
+    return selectors.verify_stored(log=ensure_log(origin=WRITERS_ORIGIN)).entries
 
 
 def bench_writers(

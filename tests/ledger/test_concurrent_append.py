@@ -20,7 +20,6 @@ from ledger import selectors, services
 from ledger.core import merkle
 from ledger.core.checkpoint import log_verifier, open_checkpoint, parse_tlog_proof
 from ledger.core.note import Signer
-from ledger.core.verify import verify_log
 from ledger.models import Checkpoint, Entry, Log
 from testkit.paths import REPO_ROOT, child_database_url
 
@@ -86,16 +85,8 @@ def assert_log_is_whole(log: Log, writers: list[str], signer: Signer) -> None:
         by_writer[writer].append(n)
     assert by_writer == {writer: list(range(PER_WRITER)) for writer in writers}
 
-    verifier = log_verifier(log.origin, signer)
     checkpoints = selectors.signed_checkpoints(log=log)
-    report = verify_log(
-        origin=log.origin,
-        entries=selectors.iter_entries(log=log),
-        nodes=selectors.iter_nodes(log=log),
-        checkpoints=checkpoints,
-        verifiers=[verifier],
-        head=selectors.log_head(log=log),
-    )
+    report = selectors.verify_stored(log=log, verifiers=[log_verifier(log.origin, signer)])
     assert (report.entries, report.checkpoints) == (size, len(checkpoints))
     leaf_hashes = [entry.entry_hash for entry in selectors.iter_entries(log=log)]
     expected_root = merkle.root_of_leaf_hashes(leaf_hashes)
