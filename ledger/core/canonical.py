@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
@@ -88,6 +89,7 @@ def parse_canonical(data: bytes) -> Any:
     # C encoder writes what canonical_json would: bytes equal to it are canonical.
     if (
         shape.plain
+        and _ASTRAL_UTF8.search(data) is None
         and data.count(b"[") + data.count(b"{") <= MAX_ENCODING_DEPTH
         and _plain_json(value) == data
     ):
@@ -100,12 +102,25 @@ def parse_canonical(data: bytes) -> Any:
 def parse_checked(data: bytes) -> Any:
     """Decode bytes parse_canonical has accepted before (or a part of such bytes that is a
     value of its own): the same value, without encoding it again to compare."""
+    if _LONG_DIGITS.search(data) is None:
+        # Every integer spelled fits a double exactly, and accepted bytes hold no duplicate key
+        # and no NaN: the C decoder alone reads the value the checking hooks would.
+        return _decode(data, _PLAIN_DECODER.decode)
     return _parse(data, _Shape())
 
 
+# A character past the Basic Multilingual Plane, in UTF-8: JCS orders such keys by UTF-16 code
+# units, Python by code points, so only canonical_json may judge bytes that hold one.
+_ASTRAL_UTF8 = re.compile(rb"[\xf0-\xf4]")
+# Sixteen digits in a row: perhaps an integer past 2**53 - 1, which _parse_integer reads as the
+# double it must be.
+_LONG_DIGITS = re.compile(rb"[0-9]{16}")
+_PLAIN_DECODER = json.JSONDecoder()
+
+
 class _Shape:
-    """What parsing saw that only canonical_json encodes as JCS says: a float, a key past the
-    Basic Multilingual Plane (JCS orders keys by UTF-16 code units, Python by code points)."""
+    """What parsing saw that only canonical_json encodes as JCS says: a float, or an integer
+    spelling past what a double holds exactly."""
 
     def __init__(self) -> None:
         self.plain = True
@@ -120,22 +135,23 @@ class _Shape:
             self.plain = False
         return value
 
-    def pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        if self.plain and any(not key.isascii() and max(key) > "\uffff" for key, _ in pairs):
-            self.plain = False
-        return _refuse_duplicate_keys(pairs)
-
 
 def _parse(data: bytes, shape: _Shape) -> Any:
-    try:
-        text = data.decode("utf-8")
-        return json.loads(
+    return _decode(
+        data,
+        lambda text: json.loads(
             text,
             parse_constant=_refuse_constant,
             parse_float=shape.number,
             parse_int=shape.integer,
-            object_pairs_hook=shape.pairs,
-        )
+            object_pairs_hook=_refuse_duplicate_keys,
+        ),
+    )
+
+
+def _decode(data: bytes, decode: Callable[[str], Any]) -> Any:
+    try:
+        return decode(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CanonicalJSONError(f"not JSON: {exc}") from exc
     except RecursionError as exc:  # the C scanner's own guard, far past MAX_ENCODING_DEPTH
@@ -324,9 +340,11 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, item in pairs:
-        if key in result:
-            raise CanonicalJSONError(f"duplicate object key {key!r}")
-        result[key] = item
+    result = dict(pairs)
+    if len(result) != len(pairs):  # the C dict kept the last of each key; name the first twice
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise CanonicalJSONError(f"duplicate object key {key!r}")
+            seen.add(key)
     return result

@@ -17,6 +17,7 @@ from ledger.core.canonical import (
     canonical_json,
     check_depth,
     parse_canonical,
+    parse_checked,
 )
 
 
@@ -219,3 +220,17 @@ def test_the_c_encoder_shortcut_writes_what_jcs_writes_member_by_member(value: o
 def test_the_shortcut_passes_over_keys_that_sort_apart_in_utf16() -> None:
     # Python orders U+FB33 before U+1F600 (code points); JCS after it (UTF-16 code units).
     assert canonical_json({"\ufb33": 1, "\U0001f600": 2}) == '{"\U0001f600":2,"\ufb33":1}'.encode()
+
+
+@given(json_values | st.sampled_from([2.0**60, -(2.0**53), 1e21, {"\U0001f600": [2.0**70]}]))
+def test_parse_checked_reads_what_parse_canonical_read(value: object) -> None:
+    """Its shortcut (the C decoder alone) gives the same types too: an integer spelling past
+    2**53 is a double either way."""
+    encoded = canonical_json(value)
+    assert repr(parse_checked(encoded)) == repr(parse_canonical(encoded))
+
+
+def test_parse_orders_keys_past_the_bmp_by_utf16_code_units() -> None:
+    assert parse_canonical('{"\U0001f600":2,"\ufb33":1}'.encode()) == {"\U0001f600": 2, "\ufb33": 1}
+    with pytest.raises(CanonicalJSONError):
+        parse_canonical('{"\ufb33":1,"\U0001f600":2}'.encode())  # Python's code-point order
