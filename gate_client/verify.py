@@ -268,6 +268,9 @@ def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -
     try:
         # Every key the notary has used is listed; after a rotation only one signed this.
         own = [parse_vkey(vkey) for vkey in header["vkeys"]]
+        if [key.vkey for key in own] != header["vkeys"]:
+            # Each in the one spelling its key gives it: an altered header is no header.
+            raise NoteError("a vkey is not spelled as its key spells it")
         open_checkpoint(header["checkpoint"], own, origin=origin)
     except (NoteError, CheckpointError, TypeError, KeyError) as exc:
         raise Failure("authenticity", "line 1", f"the export's own vkeys: {exc}") from exc

@@ -152,6 +152,22 @@ def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
     assert checked > 10 * len(lines)
 
 
+def test_a_header_vkey_in_another_spelling_of_the_same_key_fails_authenticity(
+    shop: Tenant, signer: Signer
+) -> None:
+    """Upper-case hex in the key id, or white space around it, read as the same key: the
+    header must still be the exporter's own bytes."""
+    lines = lines_of(shop)
+    header = json.loads(lines[0])
+    vkey = header["vkeys"][0]
+    name, key_id, material = vkey.split("+", 2)
+    for spelling in {f"{name}+{key_id.upper()}+{material}", f" {vkey}", f"{vkey}\n"} - {vkey}:
+        altered = json.dumps({**header, "vkeys": [spelling]}, separators=(",", ":")).encode()
+        with pytest.raises(Failure) as failure:
+            verify_export([altered, *lines[1:]], [key_of(shop, signer)])
+        assert failure.value.verdict == "authenticity", spelling
+
+
 def test_the_checkpoint_is_stated_once_and_tlog_proofs_are_there_on_request(
     shop: Tenant, signer: Signer
 ) -> None:
