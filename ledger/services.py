@@ -100,20 +100,20 @@ def lock_log(*, log: Log) -> datetime:
     return timezone.now()
 
 
-def in_log_order(*, log: Log, work: Callable[[datetime], T], durable: bool = True) -> T:
+def in_log_order(*, log: Log, work: Callable[[datetime], T]) -> T:
     """Run `work(now)` holding the log's append lock, so that what it reads and the entries it
     appends sit after every entry before them and before every entry after them, in one
     transaction; return its result once that transaction has committed. `now` is the instant to
     check against and to stamp on those entries.
 
-    Called outside a transaction, the work is combined with other threads' (group commit, above):
-    it shares their transaction and commit, inside a savepoint of its own when it shares, so what
-    it raises undoes its own writes only. Called inside a transaction it joins that one, as
-    lock_log does, unless `durable` (refused there, as by transaction.atomic(durable=True))."""
+    The work is combined with other threads' (group commit, above): it shares their transaction
+    and commit, inside a savepoint of its own when it shares, so what it raises undoes its own
+    writes only. Inside a caller's transaction it is refused, as transaction.atomic(durable=True)
+    refuses, since "committed" could not be promised there."""
     if connection.in_atomic_block:
-        # Durable inside a transaction is refused, but in a test case's: its savepoint stands
-        # in for the transaction of its own the work would have outside.
-        with transaction.atomic(durable=durable, savepoint=durable):
+        # Refused, but in a test case's transaction: there its savepoint stands in for the
+        # transaction of its own the work would have outside.
+        with transaction.atomic(durable=True):
             return work(lock_log(log=log))
     return cast(T, _combined(log, _Work(run=work)))
 
