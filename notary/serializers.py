@@ -116,10 +116,12 @@ class StrictBooleanField(serializers.BooleanField):
 
 def text(max_length: int, **kwargs: Any) -> StrictRegexField:
     """An id or name the ledger stores: a non-empty JSON string of at most `max_length`
-    characters, no control character."""
+    characters, no control character. Taken as given, not trimmed: trimming would first strip
+    the control characters at its ends that the pattern refuses, and answer for another string."""
     return StrictRegexField(
         PRINTABLE,
         max_length=max_length,
+        trim_whitespace=False,
         error_messages={"invalid": "a string with no control character"},
         **kwargs,
     )
