@@ -364,6 +364,8 @@ def test_a_provider_that_cannot_be_listed_is_a_424_and_records_nothing(
         {"found_until": "soon"},
         {"target": "Not A Name"},
         {"effect_id": "eff\x01"},
+        {"effect_id": "eff\x0b"},  # white space too: refused, not trimmed to another id
+        {"effect_id": "\teff"},
     ],
 )
 def test_a_query_refused_as_given_is_a_400(auditor: APIClient, query: dict[str, str]) -> None:
