@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 
 from ledger.core.combining import Combiner, Take, Turn
+from testkit.inbox import wait_for
 
 DEADLINE = 30.0
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        time.sleep(0.001)
 
 
 class Recorder:
@@ -59,7 +52,7 @@ def test_work_queued_while_a_batch_leads_is_done_in_one_batch_in_arrival_order()
     queued = []
     for work in range(1, 9):
         queued.append(submit_in_thread(combiner, work, lead))
-        wait_until(lambda: len(combiner._queue) == len(queued))
+        wait_for(lambda: len(combiner._queue) == len(queued), within=DEADLINE)
     lead.release.set()
     for thread, _ in [(first, first_turn), *queued]:
         thread.join(DEADLINE)
@@ -110,7 +103,7 @@ def test_a_batch_that_fails_fails_every_turn_it_took_and_the_next_leader_goes_on
     first, first_turn = submit_in_thread(combiner, 0, lead)
     assert gate.leading.wait(DEADLINE)
     failing = [submit_in_thread(combiner, w, lead) for w in (1, 2)]
-    wait_until(lambda: len(combiner._queue) == 2)
+    wait_for(lambda: len(combiner._queue) == 2, within=DEADLINE)
     gate.release.set()
     for thread, _ in [(first, first_turn), *failing]:
         thread.join(DEADLINE)
@@ -141,7 +134,7 @@ def test_a_leader_failing_before_it_takes_fails_only_itself() -> None:
     first, first_turn = submit_in_thread(combiner, 0, lead)
     assert gate.leading.wait(DEADLINE)
     waiting, waiting_turn = submit_in_thread(combiner, 1, lead)
-    wait_until(lambda: len(combiner._queue) == 2)
+    wait_for(lambda: len(combiner._queue) == 2, within=DEADLINE)
     gate.release.set()
     first.join(DEADLINE)
     waiting.join(DEADLINE)

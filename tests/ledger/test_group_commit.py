@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -19,19 +18,13 @@ from django.db import connection
 
 from ledger import selectors, services
 from ledger.models import Entry, Log
+from testkit.inbox import wait_for
 from testkit.paths import REPO_ROOT, child_database_url
 
 THREADS = 16
 PER_THREAD = 25
 DEADLINE = 60.0
 ACKS_BEFORE_KILL = 300
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        time.sleep(0.005)
 
 
 def in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -134,7 +127,7 @@ def test_a_refusal_in_a_shared_batch_undoes_only_its_own_writes(transactional_db
         in_thread(lambda: services.append_entry(log=log, kind="OBSERVED", body={"who": "d"}).seq),
     ]
     combiner = services._combiners[(connection.alias, log.pk)]
-    wait_until(lambda: len(combiner._queue) == len(queued))
+    wait_for(lambda: len(combiner._queue) == len(queued), within=DEADLINE)
     release.set()
     for thread, _ in [(first, first_outcome), *queued]:
         thread.join(DEADLINE)
