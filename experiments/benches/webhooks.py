@@ -81,6 +81,7 @@ from experiments.kit.served import (
     add_server_arguments,
     cpu_table,
     print_goals,
+    print_server_log,
     serving,
     timed_run,
     verdict,
@@ -1080,6 +1081,7 @@ def measure(args: argparse.Namespace, sizes: Sizes, broker: redis.Redis) -> Resu
         expected = len(events.expected)
         ids, distinct, tasks = queued(broker)
         if ids != expected or distinct != expected or tasks < 1:
+            print_server_log(var_dir)  # an id not queued: the web process logged why
             raise SystemExit(
                 f"{ids} ids ({distinct} distinct) in the ingestion queue and {tasks} tasks "
                 f"to drain it, for {expected} events"

@@ -50,11 +50,16 @@ def serving(
         ) as url:
             yield url
     except BaseException:
-        log = var_dir / "gunicorn.log"
-        if log.exists():
-            tail = log.read_text(errors="replace").splitlines()[-30:]
-            print("gunicorn.log, last lines:\n" + "\n".join(tail), file=sys.stderr)
+        print_server_log(var_dir)
         raise
+
+
+def print_server_log(var_dir: Path) -> None:
+    """The last lines of the served notary's log, to stderr: what it said about a failure."""
+    log = var_dir / "gunicorn.log"
+    if log.exists():
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        print("gunicorn.log, last lines:\n" + "\n".join(tail), file=sys.stderr)
 
 
 @dataclass(frozen=True)
