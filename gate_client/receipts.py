@@ -6,7 +6,8 @@ hash chain and fails on any field that differs, so a receipt is only as good as 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from copy import deepcopy
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
 from gate_client.budgets import BudgetStatement, statement_of
@@ -56,14 +57,14 @@ class Receipt:
     def to_dict(self) -> dict[str, Any]:
         """As JSON has it: sequences are lists; `budget`, `held_by` and `mandate` only when
         set, so a receipt without them reads as it always did."""
-        data = asdict(self)
+        data = {name: _copied(getattr(self, name)) for name in _RECEIPT_FIELDS}
         for optional in ("budget", "held_by", "mandate"):
             if data[optional] is None:
                 del data[optional]
         return {
             **data,
             "entry_seqs": list(self.entry_seqs),
-            "contradictions": [dict(c) for c in self.contradictions],
+            "contradictions": list(data["contradictions"]),
         }
 
     @classmethod
@@ -250,3 +251,21 @@ def verify_receipt(receipt: Receipt, journal: Iterable[Entry], *, origin: str) -
                 f"{receipt.effect_id}: {name} says {claimed.get(name)!r}, "
                 f"the journal {held.get(name)!r}"
             )
+
+
+_RECEIPT_FIELDS = tuple(field.name for field in fields(Receipt))
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a receipt field, as dataclasses.asdict makes one (so the dict given out
+    shares nothing mutable with the frozen receipt), without asdict's deepcopy of every string
+    and number: JSON's values are copied by hand, anything else as asdict would."""
+    if type(value) is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copied(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_copied(item) for item in value)
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else deepcopy(value)
