@@ -129,7 +129,9 @@ def append_entries(
     is for a caller holding lock_log(); by default the entries are stamped under the lock."""
     prepared = [_checked_item(item) for item in items]
     if not connection.in_atomic_block:
-        return cast(list[Entry], _combined(log, _Work(run=None, entries=prepared)))
+        if created_at is not None:
+            raise LedgerInputError("created_at is for a caller holding lock_log()")
+        return cast(list[Entry], _combined(log, _Work(run=None, entries=prepared, log=log)))
     with transaction.atomic(savepoint=False):
         return _append_locked(log, prepared, created_at or timezone.now())
 
@@ -141,10 +143,13 @@ Head = tuple[int, bytes, bytes]  # size, head hash, Merkle frontier, as the log 
 
 @dataclass(frozen=True)
 class _Work:
-    """One caller's turn in a batch: work to run under the lock, or (run None) entries to append."""
+    """One caller's turn in a batch: work to run under the lock, or (run None) entries to append
+    to the caller's `log` (whose head fields are brought up to date, as an append in the
+    caller's own transaction would)."""
 
     run: Callable[[datetime], Any] | None
     entries: Sequence[Prepared] = ()
+    log: Log | None = None
 
 
 # The log heads a thread holds the lock of while it leads their batch ({log id: Head}): the
@@ -222,6 +227,9 @@ def _append_turns(log: Log, turns: Sequence[Turn[_Work]]) -> None:
     rows = _append_locked(log, [item for turn in turns for item in turn.work.entries], None)
     for turn in turns:
         turn.result, rows = rows[: len(turn.work.entries)], rows[len(turn.work.entries) :]
+        owner = turn.work.log
+        if owner is not None:
+            owner.size, owner.head_hash, owner.frontier = _batch_heads()[log.pk]
 
 
 def _append_locked(log: Log, prepared: Sequence[Prepared], now: datetime | None) -> list[Entry]:
@@ -244,12 +252,7 @@ def _append_locked(log: Log, prepared: Sequence[Prepared], now: datetime | None)
         sealed.append(entry)
         prev_hash = entry.entry_hash
     head = (frontier.size, prev_hash, frontier.to_bytes())
-    if connection.vendor == "postgresql":
-        with _server_bound_cursor() as cursor:
-            ids = _write_postgresql(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
-    else:
-        with connection.cursor() as cursor:
-            ids = _write_generic(cursor, log_id=log.pk, entries=sealed, nodes=nodes, head=head)
+    ids = _write(log_id=log.pk, entries=sealed, nodes=nodes, head=head)
     if log.pk in heads:
         heads[log.pk] = head
     log.size, log.head_hash, log.frontier = head
@@ -428,50 +431,42 @@ def _server_bound_cursor() -> Any:
     return wrap(cast(Any, psycopg.Cursor(connection.connection)))  # the stubs want a wrapper
 
 
-def _write_postgresql(
-    cursor: Any,
+def _write(
     *,
     log_id: int,
     entries: Sequence[LedgerEntry],
     nodes: Sequence[tuple[NodeId, bytes]],
     head: Head,
 ) -> dict[int, int]:
-    """Insert entry and node rows and move the head, in one statement; entry ids by seq."""
-    cursor.execute(
-        _WRITE_POSTGRESQL,
-        [
-            log_id,
-            [e.seq for e in entries],
-            [e.kind for e in entries],
-            [e.effect_id for e in entries],
-            [e.body for e in entries],
-            [e.prev_hash for e in entries],
-            [e.entry_hash for e in entries],
-            [e.created_at for e in entries],
-            log_id,
-            [level for (level, _), _ in nodes],
-            [index for (_, index), _ in nodes],
-            [node for _, node in nodes],
-            *head,
-            log_id,
-        ],
-    )
-    return {seq: pk for pk, seq in cursor.fetchall()}
-
-
-def _write_generic(
-    cursor: Any,
-    *,
-    log_id: int,
-    entries: Sequence[LedgerEntry],
-    nodes: Sequence[tuple[NodeId, bytes]],
-    head: Head,
-) -> dict[int, int]:
-    """The same rows for a backend without arrays (SQLite, the embedded default)."""
-    ids = _insert_entries(cursor, log_id=log_id, entries=entries)
-    _insert_nodes(cursor, log_id=log_id, nodes=nodes)
-    cursor.execute(_UPDATE_HEAD, [*head, log_id])
-    return ids
+    """Insert the entry and node rows and move the head; the entries' row ids by seq. One
+    statement on PostgreSQL; a statement per table elsewhere (SQLite, the embedded default)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            ids = _insert_entries(cursor, log_id=log_id, entries=entries)
+            _insert_nodes(cursor, log_id=log_id, nodes=nodes)
+            cursor.execute(_UPDATE_HEAD, [*head, log_id])
+        return ids
+    with _server_bound_cursor() as cursor:
+        cursor.execute(
+            _WRITE_POSTGRESQL,
+            [
+                log_id,
+                [e.seq for e in entries],
+                [e.kind for e in entries],
+                [e.effect_id for e in entries],
+                [e.body for e in entries],
+                [e.prev_hash for e in entries],
+                [e.entry_hash for e in entries],
+                [e.created_at for e in entries],
+                log_id,
+                [level for (level, _), _ in nodes],
+                [index for (_, index), _ in nodes],
+                [node for _, node in nodes],
+                *head,
+                log_id,
+            ],
+        )
+        return {seq: pk for pk, seq in cursor.fetchall()}
 
 
 def _insert_entries(cursor: Any, *, log_id: int, entries: Sequence[LedgerEntry]) -> dict[int, int]:

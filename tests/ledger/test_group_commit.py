@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -142,6 +142,52 @@ def test_a_refusal_in_a_shared_batch_undoes_only_its_own_writes(transactional_db
     # The four shared one transaction: the works' own, and the plain append's rows (written
     # outside any savepoint) carry its id.
     assert top_level["a"] == top_level["b"] == top_level["c"] == transaction_ids(log)[3]
+
+
+@pytest.mark.slow
+def test_each_appender_sees_its_own_log_at_the_head_its_batch_left(transactional_db: None) -> None:
+    """Three appenders queue behind a held batch, each with its own Log object; whichever leads
+    the next batch, every one of them reads the head after its entry, as an append in its own
+    transaction would leave it."""
+    log = services.ensure_log(origin=f"test.interlock.example/heads-{os.getpid()}")
+    held_open, release = threading.Event(), threading.Event()
+
+    def holding(now: datetime) -> None:
+        held_open.set()
+        assert release.wait(DEADLINE)
+
+    first, _ = in_thread(lambda: services.in_log_order(log=log, work=holding))
+    assert held_open.wait(DEADLINE)
+    own = [Log.objects.get(pk=log.pk) for _ in range(3)]
+    queued = [
+        in_thread(lambda mine=mine: services.append_entry(log=mine, kind="OBSERVED", body={}).seq)  # type: ignore[misc]
+        for mine in own
+    ]
+    combiner = services._combiners[(connection.alias, log.pk)]
+    wait_for(lambda: len(combiner._queue) == len(queued), within=DEADLINE)
+    release.set()
+    first.join(DEADLINE)
+    for thread, _ in queued:
+        thread.join(DEADLINE)
+
+    head = selectors.log_head(log=log)
+    assert sorted(outcome["result"] for _, outcome in queued) == [0, 1, 2]
+    for mine in own:
+        assert (mine.size, bytes(mine.head_hash), bytes(mine.frontier)) == (
+            head.size,
+            head.head_hash,
+            head.frontier,
+        )
+
+
+def test_created_at_outside_a_transaction_is_refused_not_ignored(transactional_db: None) -> None:
+    """Only a caller holding the lock knows an instant in log order; outside a transaction the
+    batch stamps its entries itself, so an instant given there is refused."""
+    log = services.ensure_log(origin=f"test.interlock.example/stamped-{os.getpid()}")
+    item = services.NewEntry(kind="OBSERVED", body={})
+    with pytest.raises(services.LedgerInputError, match="lock_log"):
+        services.append_entries(log=log, items=[item], created_at=datetime(2026, 1, 1, tzinfo=UTC))
+    assert selectors.log_head(log=log).size == 0
 
 
 @pytest.mark.slow
