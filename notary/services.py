@@ -793,17 +793,25 @@ def _propose(
         _check_holding(dispatch_premises)
     return in_log_order(
         log=tenant.log,
-        work=partial(_propose_in_order, tenant, effect_id, proposal, dispatch_premises, dispatcher),
+        work=partial(
+            _propose_in_order,
+            tenant=tenant,
+            effect_id=effect_id,
+            proposal=proposal,
+            dispatch_premises=dispatch_premises,
+            dispatcher=dispatcher,
+        ),
     )
 
 
 def _propose_in_order(
+    now: datetime,
+    *,
     tenant: Tenant,
     effect_id: str,
     proposal: Mapping[str, Any],
     dispatch_premises: Sequence[Mapping[str, Any]] | None,
     dispatcher: ApiKey | None,
-    now: datetime,
 ) -> tuple[Proposed, Hold | None]:
     history = effect_entries(log=tenant.log, effect_id=effect_id)
     created = not any(e.kind == EntryKind.PROPOSED for e in history)
@@ -878,19 +886,26 @@ def _dispatch(
     return in_log_order(
         log=tenant.log,
         work=partial(
-            _dispatch_in_order, tenant, effect_id, attempt, premises, recovery, dispatcher
+            _dispatch_in_order,
+            tenant=tenant,
+            effect_id=effect_id,
+            attempt=attempt,
+            premises=premises,
+            recovery=recovery,
+            dispatcher=dispatcher,
         ),
     )
 
 
 def _dispatch_in_order(
+    now: datetime,
+    *,
     tenant: Tenant,
     effect_id: str,
     attempt: int,
     premises: Sequence[Mapping[str, Any]],
     recovery: bool,
     dispatcher: ApiKey | None,
-    now: datetime,
 ) -> LedgerEntry | Hold:
     history = _history_of(tenant=tenant, effect_id=effect_id)
     current = last_attempt(history)
@@ -986,12 +1001,15 @@ def effect_record_outcome(
     answer that contradicts what stands is kept as evidence, so the contradiction shows."""
     _check_outcome(kind=kind, body=body)
     return in_log_order(
-        log=tenant.log, work=partial(_record_outcome_in_order, tenant, effect_id, kind, body)
+        log=tenant.log,
+        work=partial(
+            _record_outcome_in_order, tenant=tenant, effect_id=effect_id, kind=kind, body=body
+        ),
     )
 
 
 def _record_outcome_in_order(
-    tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any], now: datetime
+    now: datetime, *, tenant: Tenant, effect_id: str, kind: str, body: Mapping[str, Any]
 ) -> tuple[LedgerEntry, bool, list[LedgerEntry]]:
     history = _history_of(tenant=tenant, effect_id=effect_id)
     refused = agent_outcome_refusal(history, kind, body)

@@ -256,7 +256,7 @@ def run_writers(
 ) -> Throughput:
     """The shape's writers started together once all are connected; wall time runs from the
     first start to the last commit. Appends are checked: the log grew by exactly what they
-    counted, and it still verifies (chain, tree) from the start."""
+    counted (bench_writers verifies the whole log once all shapes have run)."""
     from ledger.selectors import log_head
     from ledger.services import ensure_log
 
@@ -274,14 +274,6 @@ def run_writers(
     if mode != "baseline" and grown != result.rows:
         raise SystemExit(f"writers counted {result.rows} appends but the log grew by {grown}")
     return result
-
-
-def check_writers_log() -> int:
-    """The writers' log verifies whole: every seq once, chained, its tree matching its head."""
-    from ledger import selectors
-    from ledger.services import ensure_log
-
-    return selectors.verify_stored(log=ensure_log(origin=WRITERS_ORIGIN)).entries
 
 
 def bench_writers(
@@ -316,7 +308,10 @@ def bench_writers(
                     rows.append(throughput_row(path, shape, appended, baseline))
         progress("writers: stopping the writer processes")
     progress("writers: verifying the writers' log")
-    entries = check_writers_log()
+    from ledger.selectors import verify_stored
+    from ledger.services import ensure_log
+
+    entries = verify_stored(log=ensure_log(origin=WRITERS_ORIGIN)).entries
     table = aligned_table(
         [
             "path",
