@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 TARGET = "noop"
 ACTION = "refund"
 ENTRIES_PER_EFFECT = 3  # PROPOSED, DISPATCHED, COMMITTED
+REQUESTS_PER_EFFECT = 2  # propose-and-dispatch, outcome
 GOAL_WHOAMI_MULTIPLE = 3.0  # p50 of one submit against the p50 of GET /v1/whoami, same run
 GOAL_EFFECTS_PER_SECOND = 400.0
 VERIFY_SAMPLE = 20  # receipts per phase re-derived from their whole log
@@ -608,6 +609,28 @@ def agent_run(child: Child, job: tuple[str, Agent]) -> AgentResult:
     return AgentResult(agent.tenant, start, end, cpu, tuple(receipts))
 
 
+def floor_run(child: Child, job: tuple[str, Agent]) -> AgentResult:
+    """In a floor process: two GET /v1/whoami per case, on one kept-alive connection as the
+    journal's, in place of the effect's two requests: what any two-request submit costs at
+    least here (Django, DRF, the API-key lookup and the client), with no notary work at all."""
+    url, agent = job
+    headers = {"Authorization": f"Bearer {agent.token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        client.get("/v1/whoami").raise_for_status()  # connect before the start
+        child.ready()
+        cpu = time.process_time()
+        start = time.time()
+        for n in range(1, len(agent.cases) + 1):
+            for _ in range(REQUESTS_PER_EFFECT):
+                client.get("/v1/whoami").raise_for_status()
+            if n % TICK == 0:
+                child.tick(TICK)
+        end = time.time()
+        child.tick(len(agent.cases) % TICK)
+        cpu = time.process_time() - cpu
+    return AgentResult(agent.tenant, start, end, cpu, ())
+
+
 @dataclass(frozen=True)
 class Throughput(LoadRun):
     """A throughput run: its count is of effects, its load the agents' processes."""
@@ -653,6 +676,34 @@ def run_agents(
         entries=sum(after[slug] - before[slug] for slug in slugs),
     )
     return figures, verify_sample(receipts, rng)
+
+
+def run_floor(url: str, agents: Sequence[Agent], database_url: str) -> Throughput:
+    """The throughput ceiling of any two-request submit on this machine: as many processes as
+    agents, each making two whoami requests per case it would have submitted."""
+    label = f"floor: {REQUESTS_PER_EFFECT} x GET /v1/whoami per effect"
+    progress(f"{label}: starting {len(agents)} processes")
+    with Pool(len(agents), floor_run, who="floor") as pool:
+        total = sum(len(agent.cases) for agent in agents)
+        run = timed_run(
+            pool,
+            [(url, agent) for agent in agents],
+            label=label,
+            unit="effect",
+            total=total,
+            database_url=database_url,
+        )
+    finished = run.results
+    return Throughput(
+        label=label,
+        count=total,
+        seconds=max(r.end for r in finished) - min(r.start for r in finished),
+        load_cpu=sum(r.cpu for r in finished),
+        server_cpu=run.server_cpu,
+        database_cpu=run.database_cpu,
+        agents=len(agents),
+        entries=0,
+    )
 
 
 def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) -> str:
@@ -714,6 +765,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Sizes]:
 class Results:
     lat: Latency
     runs: list[Throughput]
+    floor: Throughput
     verified: int
     environment: list[list[str]]
 
@@ -740,7 +792,8 @@ def measure(args: argparse.Namespace, sizes: Sizes, rng: random.Random) -> Resul
             run, sample = run_agents(url, agents, label, args.database_url, rng)
             runs.append(run)
             verified += sample
-    return Results(lat, runs, verified, environment(args.database_url))
+        floor = run_floor(url, plan.shared, args.database_url)
+    return Results(lat, runs, floor, verified, environment(args.database_url))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -784,13 +837,13 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
         f"\n## Throughput: {sizes.agents} agent processes x {sizes.per_agent} effects, "
         "started together\n"
     )
-    print(throughput_table(runs, lat, requests))
+    print(throughput_table([*runs, results.floor], lat, requests))
     print(
         "\neffects/s = effects / (last agent's end - first agent's start); x one agent = "
         "effects/s over one agent's sequential rate (1 / mean submit above); HTTP requests/s "
         f"= effects/s x {requests:g}.\n"
     )
-    print(cpu_table(runs, CPU_COLUMNS))
+    print(cpu_table([*runs, results.floor], CPU_COLUMNS))
     print(
         "\nCPU during each run (from /proc): the agent processes, the gunicorn master and "
         "workers, and the PostgreSQL backends connected to the bench database (n/a if not "
@@ -798,6 +851,12 @@ def print_results(args: argparse.Namespace, sizes: Sizes, results: Results) -> N
         "CPU per effect."
     )
     print_goals(goal_rows(lat, runs))
+    print(
+        f"\nThe floor row: the same {sizes.agents} processes making {REQUESTS_PER_EFFECT} GET "
+        f"/v1/whoami per effect instead of submitting it reach {results.floor.per_second:,.0f} "
+        "effects/s: no submit of two requests can go faster on this machine, whatever the "
+        "notary does inside them."
+    )
     print(
         f"\nCorrectness: all {submits:,} submits (warm-ups included) ended COMMITTED, "
         "authorized when fired, premises held; every log grew by exactly "
