@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
 
 from ledger.core import merkle
 from ledger.core.checkpoint import (
@@ -158,8 +158,10 @@ def effect_entries(*, log: Log, effect_id: str) -> list[LedgerEntry]:
     return [row.as_ledger_entry() for row in rows]
 
 
-def entries_at(*, log: Log, seqs: Iterable[int]) -> list[LedgerEntry]:
-    rows = Entry.objects.filter(log=log, seq__in=list(seqs)).order_by("seq")
+def entries_at(*, log: Log, seqs: Iterable[int] | QuerySet[Any, Any]) -> list[LedgerEntry]:
+    """The entries at these seqs; `seqs` may be a query of them, read in the same statement."""
+    wanted = seqs if isinstance(seqs, QuerySet) else list(seqs)
+    rows = Entry.objects.filter(log=log, seq__in=wanted).order_by("seq")
     return [row.as_ledger_entry() for row in rows]
 
 

@@ -747,6 +747,7 @@ PROPOSAL_KEYS_REFUSAL = (
 class Proposed:
     entries: list[LedgerEntry]  # the effect's entries after the call
     created: bool  # this call recorded the PROPOSED
+    effect: Effect  # its row as committed, projected from `entries` (not saved again)
     dispatched: LedgerEntry | None = None  # DISPATCHED attempt 1, recorded by this call
     refusal: NotaryConflict | None = None  # why the lease refused that dispatch
 
@@ -837,12 +838,14 @@ def _propose_in_order(
             else:
                 items.append(checked)
     if not items:
-        return Proposed(history, created, refusal=refusal), hold
+        effect = Effect(tenant=tenant, effect_id=effect_id, **effect_fields(history))
+        return Proposed(history, created, effect, refusal=refusal), hold
     rows = append_entries(log=tenant.log, items=items, created_at=now)
     appended = [row.as_ledger_entry() for row in rows]
-    _project_effect(tenant=tenant, history=history + appended, created=created)
+    fields = _project_effect(tenant=tenant, history=history + appended, created=created)
+    effect = Effect(tenant=tenant, effect_id=effect_id, **fields)
     dispatched = next((e for e in appended if e.kind == EntryKind.DISPATCHED), None)
-    return Proposed(history + appended, created, dispatched, refusal), hold
+    return Proposed(history + appended, created, effect, dispatched, refusal), hold
 
 
 def effect_dispatch(
@@ -947,12 +950,19 @@ def _checked_dispatch(
     (gate_client.holds, by the tenant's hold_scope as stored now). A first dispatch under a
     budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
-    lease = Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"]).first()
+    # The tenant comes along with the lease: its hold_scope as stored now, not as the caller's
+    # key read it when the request began.
+    lease = (
+        Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"])
+        .select_related("tenant")
+        .first()
+    )
     state = _lease_state(lease)
     refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
     if refusal is not None:
         raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
-    scope = HoldScope(Tenant.objects.values_list("hold_scope", flat=True).get(pk=tenant.pk))
+    assert lease is not None  # no lease is refused above
+    scope = HoldScope(lease.tenant.hold_scope)
     hold = hold_for(
         scope,
         effect_id=effect_id,
@@ -1256,9 +1266,10 @@ def effects_rebuild(*, tenant: Tenant) -> int:
 
 def _project_effect(
     *, tenant: Tenant, history: Sequence[LedgerEntry], created: bool = False
-) -> None:
+) -> dict[str, Any]:
     """Write the Effect row for `history`, the effect's entries as of this transaction, and
-    the review notice its change calls for in the same transaction (the outbox)."""
+    the review notice its change calls for in the same transaction (the outbox); return the
+    row's fields, so a caller answering with the row need not read it back."""
     fields = effect_fields(history)
     effect_id = history[0].effect_id
     before = None
@@ -1271,6 +1282,7 @@ def _project_effect(
     due = _review_event(before=before, after=fields, history=history)
     if due is not None:
         _review_notice_add(tenant=tenant, effect_id=effect_id, event=due[0], cause=due[1])
+    return fields
 
 
 def _review_event(

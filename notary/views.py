@@ -871,9 +871,7 @@ class EffectProposeView(APIView):
         refusal = proposed.refusal
         body = {
             "created": proposed.created,
-            "effect": selectors.effect_get(
-                tenant=tenant, effect_id=given.validated_data["effect_id"]
-            ),
+            "effect": proposed.effect,
             "entries": proposed.entries,
             "dispatched": proposed.dispatched,
             "dispatch_refused": (

@@ -439,3 +439,49 @@ def test_a_lease_refusal_in_the_one_request_keeps_the_proposal_and_dispatches_no
     size = log_size(agent.tenant)
     assert agent.propose_and_dispatch(holds=False).status_code == 400
     assert log_size(agent.tenant) == size
+
+
+def test_the_effect_a_propose_answers_with_is_the_row_it_committed(
+    agent: Agent, globex: Tenant
+) -> None:
+    """Propose answers with the projection of the entries in hand, not a read after commit:
+    whatever the request did (created, dispatched, nothing, a refused dispatch), that is the
+    row GET /v1/effects/{id} reads."""
+
+    def answered_as_stored(answer: Any) -> None:
+        effect_id = answer.json()["effect"]["effect_id"]
+        stored = agent.client.get(f"/v1/effects/{effect_id}").json()["effect"]
+        assert answer.json()["effect"] == stored
+
+    answered_as_stored(agent.propose())  # PROPOSED recorded
+    answered_as_stored(agent.propose())  # a retry: nothing written
+    answered_as_stored(agent.propose_and_dispatch())  # standing, DISPATCHED recorded now
+    answered_as_stored(agent.propose_and_dispatch())  # nothing written
+    answered_as_stored(agent.propose(agent.proposal(1500)))  # a changed payload: it stands
+    revoked = Agent(globex)  # a lease revoked before its effect's one request
+    services.lease_revoke(
+        tenant=revoked.tenant, lease_id=revoked.lease.lease_id, by="alice", reason="disputed"
+    )
+    refused = revoked.propose_and_dispatch()
+    assert refused.json()["dispatch_refused"]["reason"] == "lease_revoked"
+    stored = revoked.client.get(f"/v1/effects/{revoked.proposal().effect_id}").json()
+    assert refused.json()["effect"] == stored["effect"]
+
+
+def test_an_outcome_answers_with_the_entries_the_receipt_derives_from(agent: Agent) -> None:
+    """The outcome's receipt entries are the effect's and its lease's, revocation included:
+    what GET /v1/effects/{id} gives, in seq order."""
+    effect_id = agent.proposal().effect_id
+    agent.propose_and_dispatch()
+    services.lease_revoke(
+        tenant=agent.tenant, lease_id=agent.lease.lease_id, by="alice", reason="disputed"
+    )
+    answer = agent.outcome(
+        effect_id, "COMMITTED", state="COMMITTED", attempt=1, result_ref="re_1", recheck=None
+    )
+    assert answer.status_code == 201, answer.json()
+    detail = agent.client.get(f"/v1/effects/{effect_id}").json()
+    expected = sorted([*detail["entries"], *detail["lease_entries"]], key=lambda e: e["seq"])
+    assert answer.json()["receipt_entries"] == expected
+    kinds = [e["kind"] for e in answer.json()["receipt_entries"]]
+    assert kinds == ["LEASE_GRANTED", "PROPOSED", "DISPATCHED", "LEASE_REVOKED", "COMMITTED"]
