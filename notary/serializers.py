@@ -62,6 +62,16 @@ class _JsonString(serializers.Field):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
+class _JsonText(_JsonString):
+    """A JSON string taken as given, not trimmed: a trimmed string is another string than the
+    one sent (and than the one the schema's maxLength bounds), and trimming would first strip
+    the control characters at its ends that a pattern refuses."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(*args, **kwargs)
+
+
 class _JsonNumber(serializers.Field):  # type: ignore[type-arg]
     """Takes a JSON number only (not a string, not true or false), then validates as the
     number field it is mixed into."""
@@ -72,15 +82,20 @@ class _JsonNumber(serializers.Field):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
-class StrictCharField(_JsonString, serializers.CharField):
+class StrictCharField(_JsonText, serializers.CharField):
+    """Free text: white space alone is blank, as the empty string is (unless allow_blank)."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if isinstance(data, str) and data and not data.strip() and not self.allow_blank:
+            self.fail("blank")
+        return super().run_validation(data)
+
+
+class StrictRegexField(_JsonText, serializers.RegexField):
     pass
 
 
-class StrictRegexField(_JsonString, serializers.RegexField):
-    pass
-
-
-class StrictURLField(_JsonString, serializers.URLField):
+class StrictURLField(_JsonText, serializers.URLField):
     pass
 
 
@@ -116,12 +131,10 @@ class StrictBooleanField(serializers.BooleanField):
 
 def text(max_length: int, **kwargs: Any) -> StrictRegexField:
     """An id or name the ledger stores: a non-empty JSON string of at most `max_length`
-    characters, no control character. Taken as given, not trimmed: trimming would first strip
-    the control characters at its ends that the pattern refuses, and answer for another string."""
+    characters, no control character."""
     return StrictRegexField(
         PRINTABLE,
         max_length=max_length,
-        trim_whitespace=False,
         error_messages={"invalid": "a string with no control character"},
         **kwargs,
     )

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from ledger import selectors as ledger_selectors
 from notary.models import Tenant
+from notary.services import MAX_REVOCATION_REASON
 from testkit.factories import client_for
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +56,25 @@ def test_an_approver_grants_shows_and_revokes_a_lease(acme: Tenant) -> None:
     assert revoked.json()["revoked_by"] == "alice@acme.example"
     kinds = [e.kind for e in ledger_selectors.iter_entries(log=acme.log)]
     assert kinds == ["LEASE_GRANTED", "LEASE_REVOKED"]
+
+
+def test_a_revocation_reasons_limit_counts_the_characters_sent(acme: Tenant) -> None:
+    """The schema's maxLength holds for the reason as sent: one character past the limit is
+    refused even when it is white space (the serializer used to trim before counting, so the
+    API took what its schema said it refuses). The ledger records the reason trimmed, as the
+    service always did."""
+    approver = client_for(acme, "approver", "alice@acme.example")
+    lease_id = approver.post("/v1/leases", grant_body(), format="json").json()["lease_id"]
+    revoke = f"/v1/leases/{lease_id}/revoke"
+    size = ledger_selectors.log_head(log=acme.log).size
+    refused = approver.post(revoke, {"reason": " " + "x" * MAX_REVOCATION_REASON}, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert refused.json()["error"] == "invalid"
+    assert ledger_selectors.log_head(log=acme.log).size == size
+    at_the_limit = " " + "x" * (MAX_REVOCATION_REASON - 1)
+    assert approver.post(revoke, {"reason": at_the_limit}, format="json").status_code == 200
+    [revoked] = ledger_selectors.iter_entries_of_kind(log=acme.log, kind="LEASE_REVOKED")
+    assert revoked.body_value()["reason"] == at_the_limit.strip()
 
 
 def test_roles_are_enforced(acme: Tenant) -> None:
