@@ -5,11 +5,14 @@ A proof asks for the O(log n) perfect subtrees it needs in one query, never a sc
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from ledger.core import merkle
 from ledger.core.checkpoint import (
@@ -152,10 +155,39 @@ def get_entry(*, log: Log, seq: int) -> LedgerEntry:
     return row.as_ledger_entry()
 
 
+_EFFECT_HISTORY = (
+    "SELECT seq, kind, effect_id, body, created_at, prev_hash, entry_hash"
+    f" FROM {Entry._meta.db_table} WHERE log_id = %s AND effect_id = %s ORDER BY seq"
+)
+
+
 def effect_entries(*, log: Log, effect_id: str) -> list[LedgerEntry]:
-    """Every entry of one effect, in seq order (one index range scan)."""
-    rows = Entry.objects.filter(log=log, effect_id=effect_id).order_by("seq")
-    return [row.as_ledger_entry() for row in rows]
+    """Every entry of one effect, in seq order (one index range scan). Written out: it is read
+    under the log lock on every propose, dispatch and outcome, and building it through the ORM
+    took twice as long as running it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_EFFECT_HISTORY, [log.pk, effect_id])
+        return [
+            LedgerEntry(
+                seq=seq,
+                kind=kind,
+                effect_id=effect,
+                body=blob(body),
+                created_at=_aware(created_at),
+                prev_hash=blob(prev_hash),
+                entry_hash=blob(entry_hash),
+            )
+            for seq, kind, effect, body, created_at, prev_hash, entry_hash in cursor.fetchall()
+        ]
+
+
+def _aware(moment: datetime | str) -> datetime:
+    """A datetime column as the ORM reads it: SQLite's comes back naive (or as text), in the
+    connection's time zone; PostgreSQL's is aware already."""
+    value = parse_datetime(moment) if isinstance(moment, str) else moment
+    if value is None:
+        raise LedgerLookupError(f"a stored instant that is no datetime: {moment!r}")
+    return timezone.make_aware(value, connection.timezone) if timezone.is_naive(value) else value
 
 
 def entries_at(*, log: Log, seqs: Iterable[int] | QuerySet[Any, Any]) -> list[LedgerEntry]:

@@ -34,6 +34,23 @@ def test_entries_get_gapless_seqs_and_a_chain_from_the_genesis_hash(log: Log) ->
     assert bytes(Entry.objects.get(log=log, seq=2).body) == canonical_json({"n": 2})
 
 
+def test_an_effects_entries_are_its_rows_and_no_others(make_log: object) -> None:
+    """effect_entries reads its statement without the ORM: what it gives must be what the rows
+    hold, bytes and aware instants alike, one effect of one log in seq order."""
+    assert callable(make_log)
+    log, other = make_log(), make_log()
+    for n in range(3):
+        for effect_id in ("eff_a", "eff_b"):
+            services.append_entry(log=log, kind="PROPOSED", body={"n": n}, effect_id=effect_id)
+    services.append_entry(log=other, kind="PROPOSED", body={"n": 0}, effect_id="eff_a")
+    rows = Entry.objects.filter(log=log, effect_id="eff_a").order_by("seq")
+    read = selectors.effect_entries(log=log, effect_id="eff_a")
+    assert read == [row.as_ledger_entry() for row in rows]
+    assert [e.seq for e in read] == [0, 2, 4]
+    assert all(e.created_at.utcoffset() is not None for e in read)
+    assert selectors.effect_entries(log=log, effect_id="eff_none") == []
+
+
 def test_the_stored_tree_matches_the_rfc_definition(log: Log) -> None:
     entries = _fill(log, 37)
     leaves = [bytes(e.entry_hash) for e in entries]
