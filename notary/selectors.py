@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import (
     Count,
     DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
+    Model,
     OuterRef,
     Q,
     QuerySet,
@@ -74,15 +77,71 @@ def api_key_for_token(*, token: str) -> ApiKey | None:
     key_id, _, secret = rest.partition("_")
     if prefix != TOKEN_PREFIX or not key_id or not secret:
         return None
-    api_key = (
-        ApiKey.objects.select_related("tenant__log")
-        .filter(key_id=key_id, revoked_at__isnull=True)
-        .first()
-    )
+    api_key = _live_key(key_id=key_id)
     expected = api_key.secret_sha256 if api_key is not None else "0" * 64
     if not hmac.compare_digest(expected, secret_digest(secret)) or api_key is None:
         return None
     return api_key
+
+
+def _live_key(*, key_id: str) -> ApiKey | None:
+    """The unrevoked key with this id, its tenant and the tenant's log, as
+    ApiKey.objects.select_related("tenant__log") loads them, in one written-out statement:
+    every API request reads it first, and the ORM took longer to build it than to run it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LIVE_KEY, [key_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    api_key, tenant = _loaded(ApiKey, row), _loaded(Tenant, row)
+    tenant.log = _loaded(Log, row)
+    api_key.tenant = tenant
+    return api_key
+
+
+def _columns(model: type[Model], alias: str) -> list[str]:
+    quote = connection.ops.quote_name
+    return [f"{alias}.{quote(str(field.column))}" for field in model._meta.concrete_fields]
+
+
+_M = TypeVar("_M", bound=Model)
+_KEY_MODELS: tuple[type[Model], ...] = (ApiKey, Tenant, Log)
+_LIVE_KEY = (
+    f"SELECT {', '.join(_columns(ApiKey, 'k') + _columns(Tenant, 't') + _columns(Log, 'l'))}"
+    f" FROM {ApiKey._meta.db_table} k"
+    f" JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id"
+    f" JOIN {Log._meta.db_table} l ON l.id = t.log_id"
+    " WHERE k.key_id = %s AND k.revoked_at IS NULL"
+)
+
+
+def _loaded(model: type[_M], row: Sequence[Any]) -> _M:
+    """The instance of `model` whose columns sit at its place in `row` (_KEY_MODELS' order), its
+    values converted as the ORM converts them for this database (SQLite's instants, durations)."""
+    start = 0
+    for before in _KEY_MODELS[: _KEY_MODELS.index(model)]:
+        start += len(before._meta.concrete_fields)
+    fields = model._meta.concrete_fields
+    values = []
+    for (column, converters), value in zip(
+        _conversions(model, connection.vendor), row[start : start + len(fields)], strict=True
+    ):
+        for convert in converters:
+            value = convert(value, column, connection)
+        values.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], values)
+
+
+@functools.cache
+def _conversions(model: type[Model], vendor: str) -> list[tuple[Any, list[Any]]]:
+    """Per concrete field of `model`: its column and the converters the ORM applies to its
+    values on this database (`vendor`, the cache's key: none on PostgreSQL for these models)."""
+    conversions = []
+    for field in model._meta.concrete_fields:
+        column = field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        conversions.append((column, converters))
+    return conversions
 
 
 def lease_get(*, tenant: Tenant, lease_id: str) -> Lease:

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
 import io
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.db.models import Model
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from notary import services
@@ -45,6 +50,34 @@ def test_a_key_secret_is_shown_once_and_stored_only_as_a_digest(acme: Tenant) ->
         stored = repr(cursor.fetchall())
     assert secret not in stored
     assert api_key_for_token(token=token) == api_key
+
+
+def test_a_token_loads_its_key_tenant_and_log_as_the_orm_does(acme: Tenant) -> None:
+    """The lookup is one written-out statement: every field of the key, its tenant and their
+    log must be what the ORM loads, converted alike, and reading them asks nothing more."""
+    _, token = services.api_key_issue(tenant=acme, role="agent", holder="refund-bot")
+    services.lease_grant(
+        tenant=acme,
+        approver=services.api_key_issue(tenant=acme, role="approver", holder="alice")[0],
+        case_id="case_1",
+        action="refund",
+        expires_at=timezone.now() + timedelta(hours=1),
+        requested_by="refund-bot",
+    )  # the log has entries: its head and frontier are bytes worth comparing
+    with CaptureQueriesContext(connection) as queries:
+        loaded = api_key_for_token(token=token)
+        assert loaded is not None
+        log = loaded.tenant.log
+    assert len(queries) == 1
+    orm = ApiKey.objects.select_related("tenant__log").get(pk=loaded.pk)
+
+    def values(instance: Model) -> dict[str, Any]:
+        return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+    assert values(loaded) == values(orm)
+    assert values(loaded.tenant) == values(orm.tenant)
+    assert values(log) == values(orm.tenant.log)
+    assert log.size > 0
 
 
 def test_wrong_unknown_malformed_and_revoked_tokens_authenticate_nothing(acme: Tenant) -> None:
