@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -155,9 +155,11 @@ def get_entry(*, log: Log, seq: int) -> LedgerEntry:
     return row.as_ledger_entry()
 
 
+# The columns a written-out read of entries selects, in the order entries_of_rows takes them.
+ENTRY_COLUMNS = ("seq", "kind", "effect_id", "body", "created_at", "prev_hash", "entry_hash")
 _EFFECT_HISTORY = (
-    "SELECT seq, kind, effect_id, body, created_at, prev_hash, entry_hash"
-    f" FROM {Entry._meta.db_table} WHERE log_id = %s AND effect_id = %s ORDER BY seq"
+    f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {Entry._meta.db_table}"
+    " WHERE log_id = %s AND effect_id = %s ORDER BY seq"
 )
 
 
@@ -167,18 +169,23 @@ def effect_entries(*, log: Log, effect_id: str) -> list[LedgerEntry]:
     took twice as long as running it."""
     with connection.cursor() as cursor:
         cursor.execute(_EFFECT_HISTORY, [log.pk, effect_id])
-        return [
-            LedgerEntry(
-                seq=seq,
-                kind=kind,
-                effect_id=effect,
-                body=blob(body),
-                created_at=_aware(created_at),
-                prev_hash=blob(prev_hash),
-                entry_hash=blob(entry_hash),
-            )
-            for seq, kind, effect, body, created_at, prev_hash, entry_hash in cursor.fetchall()
-        ]
+        return entries_of_rows(cursor.fetchall())
+
+
+def entries_of_rows(rows: Iterable[Sequence[Any]]) -> list[LedgerEntry]:
+    """The entries of rows a written-out statement read, ENTRY_COLUMNS in that order."""
+    return [
+        LedgerEntry(
+            seq=seq,
+            kind=kind,
+            effect_id=effect_id,
+            body=blob(body),
+            created_at=_aware(created_at),
+            prev_hash=blob(prev_hash),
+            entry_hash=blob(entry_hash),
+        )
+        for seq, kind, effect_id, body, created_at, prev_hash, entry_hash in rows
+    ]
 
 
 def _aware(moment: datetime | str) -> datetime:
@@ -190,10 +197,8 @@ def _aware(moment: datetime | str) -> datetime:
     return timezone.make_aware(value, connection.timezone) if timezone.is_naive(value) else value
 
 
-def entries_at(*, log: Log, seqs: Iterable[int] | QuerySet[Any, Any]) -> list[LedgerEntry]:
-    """The entries at these seqs; `seqs` may be a query of them, read in the same statement."""
-    wanted = seqs if isinstance(seqs, QuerySet) else list(seqs)
-    rows = Entry.objects.filter(log=log, seq__in=wanted).order_by("seq")
+def entries_at(*, log: Log, seqs: Iterable[int]) -> list[LedgerEntry]:
+    rows = Entry.objects.filter(log=log, seq__in=list(seqs)).order_by("seq")
     return [row.as_ledger_entry() for row in rows]
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from ledger import selectors as ledger_selectors
+from notary import selectors
 from notary.models import Tenant
 from notary.services import MAX_REVOCATION_REASON
 from testkit.factories import client_for
@@ -136,3 +137,18 @@ def test_a_lease_names_its_currency_and_a_bad_one_is_a_400(acme: Tenant) -> None
     assert "currency" in refused.json()["detail"]
     plain = approver.post("/v1/leases", grant_body(), format="json")
     assert plain.json()["currency"] == ""  # approves any currency, as before
+
+
+def test_a_leases_entries_are_its_grant_and_revocation_read_in_its_tenant_only(
+    acme: Tenant, globex: Tenant
+) -> None:
+    approver = client_for(acme, "approver", "alice@acme.example")
+    lease_id = approver.post("/v1/leases", grant_body(), format="json").json()["lease_id"]
+    granted = selectors.lease_entries(tenant=acme, lease_id=lease_id)
+    assert [e.kind for e in granted] == ["LEASE_GRANTED"]
+    approver.post(f"/v1/leases/{lease_id}/revoke", {"reason": "disputed"}, format="json")
+    both = selectors.lease_entries(tenant=acme, lease_id=lease_id)
+    assert [e.kind for e in both] == ["LEASE_GRANTED", "LEASE_REVOKED"]
+    assert both == list(ledger_selectors.iter_entries(log=acme.log))
+    assert selectors.lease_entries(tenant=globex, lease_id=lease_id) == []
+    assert selectors.lease_entries(tenant=acme, lease_id="lease_unknown") == []
