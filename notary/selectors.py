@@ -96,10 +96,25 @@ def _live_key(*, key_id: str) -> ApiKey | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    api_key, tenant = _loaded(ApiKey, row), _loaded(Tenant, row)
-    tenant.log = _loaded(Log, row)
+    api_key, rest = _loaded(ApiKey, row)
+    tenant, rest = _loaded(Tenant, rest)
+    tenant.log, _ = _loaded(Log, rest)
     api_key.tenant = tenant
     return api_key
+
+
+def lease_with_tenant(*, tenant: Tenant, lease_id: str) -> Lease | None:
+    """The tenant's lease and the tenant's row as stored now (its hold_scope, not as the
+    caller's key read it when the request began), in one written-out statement: every dispatch
+    reads it under the log lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LEASE_WITH_TENANT, [tenant.pk, lease_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    lease, rest = _loaded(Lease, row)
+    lease.tenant, _ = _loaded(Tenant, rest)
+    return lease
 
 
 def _columns(model: type[Model], alias: str) -> list[str]:
@@ -108,7 +123,6 @@ def _columns(model: type[Model], alias: str) -> list[str]:
 
 
 _M = TypeVar("_M", bound=Model)
-_KEY_MODELS: tuple[type[Model], ...] = (ApiKey, Tenant, Log)
 _LIVE_KEY = (
     f"SELECT {', '.join(_columns(ApiKey, 'k') + _columns(Tenant, 't') + _columns(Log, 'l'))}"
     f" FROM {ApiKey._meta.db_table} k"
@@ -116,23 +130,26 @@ _LIVE_KEY = (
     f" JOIN {Log._meta.db_table} l ON l.id = t.log_id"
     " WHERE k.key_id = %s AND k.revoked_at IS NULL"
 )
+_LEASE_WITH_TENANT = (
+    f"SELECT {', '.join(_columns(Lease, 'l') + _columns(Tenant, 't'))}"
+    f" FROM {Lease._meta.db_table} l JOIN {Tenant._meta.db_table} t ON t.id = l.tenant_id"
+    " WHERE l.tenant_id = %s AND l.lease_id = %s"
+)
 
 
-def _loaded(model: type[_M], row: Sequence[Any]) -> _M:
-    """The instance of `model` whose columns sit at its place in `row` (_KEY_MODELS' order), its
-    values converted as the ORM converts them for this database (SQLite's instants, durations)."""
-    start = 0
-    for before in _KEY_MODELS[: _KEY_MODELS.index(model)]:
-        start += len(before._meta.concrete_fields)
+def _loaded(model: type[_M], row: Sequence[Any]) -> tuple[_M, Sequence[Any]]:
+    """The instance of `model` whose columns (_columns) begin `row`, its values converted as the
+    ORM converts them for this database (SQLite's instants, durations; JSON), and the rest of
+    the row."""
     fields = model._meta.concrete_fields
     values = []
     for (column, converters), value in zip(
-        _conversions(model, connection.vendor), row[start : start + len(fields)], strict=True
+        _conversions(model, connection.vendor), row[: len(fields)], strict=True
     ):
         for convert in converters:
             value = convert(value, column, connection)
         values.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
+    return model.from_db(connection.alias, [f.attname for f in fields], values), row[len(fields) :]
 
 
 @functools.cache

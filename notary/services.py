@@ -97,7 +97,7 @@ from notary.models import (
     waits_for_a_person,
 )
 from notary.projection import effect_fields
-from notary.selectors import budget_spent, holding_candidates
+from notary.selectors import budget_spent, holding_candidates, lease_with_tenant
 from notary.tokens import TOKEN_PREFIX, secret_digest
 
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -950,13 +950,7 @@ def _checked_dispatch(
     (gate_client.holds, by the tenant's hold_scope as stored now). A first dispatch under a
     budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
-    # The tenant comes along with the lease: its hold_scope as stored now, not as the caller's
-    # key read it when the request began.
-    lease = (
-        Lease.objects.filter(tenant=tenant, lease_id=proposed["lease_id"])
-        .select_related("tenant")
-        .first()
-    )
+    lease = lease_with_tenant(tenant=tenant, lease_id=proposed["lease_id"])
     state = _lease_state(lease)
     refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
     if refusal is not None:

@@ -6,11 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import Model
 from django.utils import timezone
 
 from ledger import selectors as ledger_selectors
 from notary import selectors
-from notary.models import Tenant
+from notary.models import Lease, Tenant
 from notary.services import MAX_REVOCATION_REASON
 from testkit.factories import client_for
 
@@ -152,3 +153,22 @@ def test_a_leases_entries_are_its_grant_and_revocation_read_in_its_tenant_only(
     assert both == list(ledger_selectors.iter_entries(log=acme.log))
     assert selectors.lease_entries(tenant=globex, lease_id=lease_id) == []
     assert selectors.lease_entries(tenant=acme, lease_id="lease_unknown") == []
+
+
+def test_a_lease_with_its_tenant_loads_as_the_orm_loads_it(acme: Tenant, globex: Tenant) -> None:
+    """The dispatch's lease read is one written-out statement: every field of the lease (its
+    JSON limits, instants) and of its tenant as the ORM loads them, in no other tenant."""
+    approver = client_for(acme, "approver", "alice@acme.example")
+    granted = approver.post("/v1/leases", grant_body(currency="EUR"), format="json").json()
+    loaded = selectors.lease_with_tenant(tenant=acme, lease_id=granted["lease_id"])
+    assert loaded is not None
+    orm = Lease.objects.select_related("tenant").get(pk=loaded.pk)
+
+    def values(instance: Model) -> dict[str, Any]:
+        return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+    assert values(loaded) == values(orm)
+    assert values(loaded.tenant) == values(orm.tenant)
+    assert loaded.limits == {"amount_cents": 2000}
+    assert selectors.lease_with_tenant(tenant=globex, lease_id=granted["lease_id"]) is None
+    assert selectors.lease_with_tenant(tenant=acme, lease_id="lease_unknown") is None
