@@ -54,6 +54,7 @@ from experiments.kit.served import (
     LoadRun,
     add_server_arguments,
     cpu_table,
+    load_figures,
     print_goals,
     serving,
     timed_run,
@@ -668,12 +669,9 @@ def run_agents(
     figures = Throughput(
         label=label,
         count=len(receipts),
-        seconds=max(r.end for r in finished) - min(r.start for r in finished),
-        load_cpu=sum(r.cpu for r in finished),
-        server_cpu=run.server_cpu,
-        database_cpu=run.database_cpu,
         agents=len(agents),
         entries=sum(after[slug] - before[slug] for slug in slugs),
+        **load_figures(run),
     )
     return figures, verify_sample(receipts, rng)
 
@@ -693,17 +691,7 @@ def run_floor(url: str, agents: Sequence[Agent], database_url: str) -> Throughpu
             total=total,
             database_url=database_url,
         )
-    finished = run.results
-    return Throughput(
-        label=label,
-        count=total,
-        seconds=max(r.end for r in finished) - min(r.start for r in finished),
-        load_cpu=sum(r.cpu for r in finished),
-        server_cpu=run.server_cpu,
-        database_cpu=run.database_cpu,
-        agents=len(agents),
-        entries=0,
-    )
+    return Throughput(label=label, count=total, agents=len(agents), entries=0, **load_figures(run))
 
 
 def throughput_table(runs: Sequence[Throughput], lat: Latency, requests: float) -> str:

@@ -80,6 +80,7 @@ from experiments.kit.served import (
     LoadRun,
     add_server_arguments,
     cpu_table,
+    load_figures,
     print_goals,
     print_server_log,
     serving,
@@ -311,14 +312,7 @@ def run_clients(
         for request_label, seconds in result.timings:
             timings.setdefault(request_label, []).append(seconds)
     return Run(
-        label=label,
-        count=total,
-        seconds=max(r.end for r in finished) - min(r.start for r in finished),
-        load_cpu=sum(r.cpu for r in finished),
-        server_cpu=run.server_cpu,
-        database_cpu=run.database_cpu,
-        clients=len(finished),
-        timings=timings,
+        label=label, count=total, clients=len(finished), timings=timings, **load_figures(run)
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from experiments.kit.bench import bar, progress
 from experiments.kit.database import add_database_argument
@@ -90,6 +90,32 @@ def timed_run(
         results = pool.results(busy, on_tick=progress_bar.update)
     after = server_cpu(database_url)
     return Timed(results, cpu_delta(before[0], after[0]), cpu_delta(before[1], after[1]))
+
+
+class Spent(Protocol):
+    """What a load process reports of its run: when it started and ended, its CPU seconds."""
+
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+    @property
+    def cpu(self) -> float: ...
+
+
+S = TypeVar("S", bound=Spent)
+
+
+def load_figures(run: Timed[S]) -> dict[str, Any]:
+    """A LoadRun's timing and CPU fields for a timed run: the first process's start to the last
+    one's end, the processes' CPU, and the server's and database's meanwhile."""
+    finished = run.results
+    return {
+        "seconds": max(r.end for r in finished) - min(r.start for r in finished),
+        "load_cpu": sum(r.cpu for r in finished),
+        "server_cpu": run.server_cpu,
+        "database_cpu": run.database_cpu,
+    }
 
 
 @dataclass(frozen=True)
