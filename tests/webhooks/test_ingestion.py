@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from gate_client.receipts import derive_receipt
@@ -240,6 +242,20 @@ def test_a_batch_touching_one_effect_several_times_does_what_one_by_one_would(
         ("case-1", "entered_queue"),  # contradicted after its evidence settled it
         ("case-1", "entered_queue"),  # AMBIGUOUS, before any evidence
     ]
+
+
+def test_a_batch_costs_as_many_statements_for_six_events_as_for_two(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+
+    def statements(count: int) -> int:
+        effects = [dispatched(acme, "refunds", f"case-{count}-{n}") for n in range(count)]
+        raw_ids = [stored(made, secret, stripe_refund_event(effect)) for effect in effects]
+        with CaptureQueriesContext(connection) as ran:
+            ingestions = services.events_ingest(raw_event_ids=raw_ids)
+        assert [i.outcome for i in ingestions] == ["committed_on_evidence"] * count
+        return len(ran.captured_queries)
+
+    assert statements(2) == statements(6)  # the batch's, none per event
 
 
 def test_another_tenants_effect_is_never_touched(acme: Tenant, globex: Tenant) -> None:
