@@ -221,7 +221,7 @@ def _quarantine_horizon(now: datetime) -> datetime:
 @transaction.atomic(durable=True)
 def event_ingest(*, raw_event_id: int) -> Ingestion:
     """Match a verified event to its effect and record it as OBSERVED evidence, settling the
-    effect when the evidence can (notary.services.effect_observe); all in one transaction with
+    effect when the evidence can (notary.services.effects_observe); all in one transaction with
     the Ingestion row, so an event is ingested exactly once however often this runs."""
     [ingestion] = _ingest([_for_ingestion().get(pk=raw_event_id)])
     return ingestion
@@ -242,7 +242,7 @@ def events_ingest(*, raw_event_ids: Sequence[int]) -> list[Ingestion]:
 def _for_ingestion() -> QuerySet[RawEvent]:
     # The raw event's row is the claim: locked until commit, so two ingestions of one event
     # queue and the second finds the first's Ingestion. Only that row: the endpoint's, tenant's
-    # and log's come along to be read, and the log is locked by effect_observe as it appends.
+    # and log's come along to be read, and the log is locked by effects_observe as it appends.
     return RawEvent.objects.select_for_update(of=("self",)).select_related(
         "endpoint__tenant__log", "endpoint__target"
     )
