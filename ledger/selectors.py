@@ -197,6 +197,18 @@ def _aware(moment: datetime | str) -> datetime:
     return timezone.make_aware(value, connection.timezone) if timezone.is_naive(value) else value
 
 
+def effects_entries(*, log: Log, effect_ids: Iterable[str]) -> dict[str, list[LedgerEntry]]:
+    """Every entry of each of these effects, in seq order, in one query; an effect without
+    entries is left out."""
+    rows = Entry.objects.filter(log=log, effect_id__in=list(effect_ids)).order_by(
+        "effect_id", "seq"
+    )
+    histories: dict[str, list[LedgerEntry]] = {}
+    for row in rows:
+        histories.setdefault(row.effect_id, []).append(row.as_ledger_entry())
+    return histories
+
+
 def entries_at(*, log: Log, seqs: Iterable[int]) -> list[LedgerEntry]:
     rows = Entry.objects.filter(log=log, seq__in=list(seqs)).order_by("seq")
     return [row.as_ledger_entry() for row in rows]

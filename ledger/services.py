@@ -233,30 +233,63 @@ def _append_turns(log: Log, turns: Sequence[Turn[_Work]]) -> None:
 
 
 def _append_locked(log: Log, prepared: Sequence[Prepared], now: datetime | None) -> list[Entry]:
-    heads = _batch_heads()
-    size, prev_hash, frontier_bytes = heads.get(log.pk) or _read_head(log)
-    frontier = Frontier.from_bytes(size, frontier_bytes)
-    now = now or timezone.now()
-    sealed: list[LedgerEntry] = []
-    nodes: list[tuple[NodeId, bytes]] = []
-    for body, item in prepared:
+    appending = Appending(log=log, created_at=now)
+    for item in prepared:
+        appending._seal(item)
+    return appending.write()
+
+
+class Appending:
+    """Entries of one log sealed one at a time, each known (seq, hash, instant) as soon as it is
+    added, and written together by write(): one statement for a batch in which what is appended
+    next depends on what was appended before. For a caller holding lock_log() in its
+    transaction; nothing else may append to the log in that transaction until write().
+    `created_at` as for append_entries: by default, stamped once the head is read under the lock."""
+
+    def __init__(self, *, log: Log, created_at: datetime | None = None) -> None:
+        if not connection.in_atomic_block:
+            raise LedgerInputError("Appending is for a caller holding lock_log()")
+        self._log = log
+        size, self._prev_hash, frontier = _batch_heads().get(log.pk) or _read_head(log)
+        self._frontier = Frontier.from_bytes(size, frontier)
+        self._created_at = created_at or timezone.now()
+        self._sealed: list[LedgerEntry] = []
+        self._nodes: list[tuple[NodeId, bytes]] = []
+
+    def add(self, item: NewEntry) -> LedgerEntry:
+        """Check the entry and seal it after every one added before it; write() stores it."""
+        return self._seal(_checked_item(item))
+
+    def _seal(self, prepared: Prepared) -> LedgerEntry:
+        body, item = prepared
         entry = seal_entry(
-            seq=frontier.size,
+            seq=self._frontier.size,
             kind=item.kind,
             effect_id=item.effect_id,
             body=body,
-            created_at=now,
-            prev_hash=prev_hash,
+            created_at=self._created_at,
+            prev_hash=self._prev_hash,
         )
-        nodes.extend(frontier.append(entry.entry_hash))
-        sealed.append(entry)
-        prev_hash = entry.entry_hash
-    head = (frontier.size, prev_hash, frontier.to_bytes())
-    ids = _write(log_id=log.pk, entries=sealed, nodes=nodes, head=head)
-    if log.pk in heads:
-        heads[log.pk] = head
-    log.size, log.head_hash, log.frontier = head
-    return [_entry_row(ids[entry.seq], log, entry) for entry in sealed]
+        self._nodes.extend(self._frontier.append(entry.entry_hash))
+        self._sealed.append(entry)
+        self._prev_hash = entry.entry_hash
+        return entry
+
+    def write(self) -> list[Entry]:
+        """Store the entries added since the last write, their Merkle nodes and the new head, in
+        one statement; return their rows."""
+        if not self._sealed:
+            return []
+        log = self._log
+        head = (self._frontier.size, self._prev_hash, self._frontier.to_bytes())
+        ids = _write(log_id=log.pk, entries=self._sealed, nodes=self._nodes, head=head)
+        heads = _batch_heads()
+        if log.pk in heads:
+            heads[log.pk] = head
+        log.size, log.head_hash, log.frontier = head
+        rows = [_entry_row(ids[entry.seq], log, entry) for entry in self._sealed]
+        self._sealed, self._nodes = [], []
+        return rows
 
 
 def _read_head(log: Log) -> Head:

@@ -221,7 +221,7 @@ def _quarantine_horizon(now: datetime) -> datetime:
 @transaction.atomic(durable=True)
 def event_ingest(*, raw_event_id: int) -> Ingestion:
     """Match a verified event to its effect and record it as OBSERVED evidence, settling the
-    effect when the evidence can (notary.services.effect_observe); all in one transaction with
+    effect when the evidence can (notary.services.effects_observe); all in one transaction with
     the Ingestion row, so an event is ingested exactly once however often this runs."""
     [ingestion] = _ingest([_for_ingestion().get(pk=raw_event_id)])
     return ingestion
@@ -242,7 +242,7 @@ def events_ingest(*, raw_event_ids: Sequence[int]) -> list[Ingestion]:
 def _for_ingestion() -> QuerySet[RawEvent]:
     # The raw event's row is the claim: locked until commit, so two ingestions of one event
     # queue and the second finds the first's Ingestion. Only that row: the endpoint's, tenant's
-    # and log's come along to be read, and the log is locked by effect_observe as it appends.
+    # and log's come along to be read, and the log is locked by effects_observe as it appends.
     return RawEvent.objects.select_for_update(of=("self",)).select_related(
         "endpoint__tenant__log", "endpoint__target"
     )
@@ -251,7 +251,10 @@ def _for_ingestion() -> QuerySet[RawEvent]:
 def _ingest(events: Sequence[RawEvent]) -> list[Ingestion]:
     """Ingest the locked events in order, those ingested before left as they were; the reads
     that do not depend on what an earlier event changed (their Ingestion rows, the effects
-    they name by id) are made once for all, and the new Ingestion rows written together."""
+    they name by id) are made once for all, and the new Ingestion rows written together. The
+    evidence of consecutive matched events of one tenant is recorded together
+    (notary.services.effects_observe does what one event after another would); an event
+    matched by a lookup first has what came before it recorded, since that may be its match."""
     done = {i.raw_event_id: i for i in Ingestion.objects.filter(raw_event__in=events)}
     todo = [event for event in events if event.pk not in done]
     unverified = next((event for event in todo if not event.verified), None)
@@ -263,11 +266,23 @@ def _ingest(events: Sequence[RawEvent]) -> list[Ingestion]:
             effect_id__in={o.effect_id for o in observations if o.effect_id}
         ).values_list("tenant_id", "target", "effect_id")
     )
-    made = {
-        event.pk: _ingestion(event, observation, named)
-        for event, observation in zip(todo, observations, strict=True)
-    }
-    Ingestion.objects.bulk_create(made.values())
+    made: dict[int, Ingestion] = {}
+    matched: list[tuple[RawEvent, str, dict[str, Any]]] = []
+    for event, observation in zip(todo, observations, strict=True):
+        endpoint = event.endpoint
+        if matched and (
+            _by_result_ref(endpoint, observation)
+            or matched[0][0].endpoint.tenant_id != endpoint.tenant_id
+        ):
+            made.update(_record(matched))
+            matched = []
+        effect_id = _effect_for(endpoint, observation, named)
+        if effect_id is None:
+            made[event.pk] = Ingestion(raw_event=event, outcome="unmatched")
+        else:
+            matched.append((event, effect_id, _evidence(event, observation)))
+    made.update(_record(matched))
+    Ingestion.objects.bulk_create([made[event.pk] for event in todo])
     return [done.get(event.pk) or made[event.pk] for event in events]
 
 
@@ -281,16 +296,8 @@ def _observation(event: RawEvent) -> providers.Observation:
     )
 
 
-def _ingestion(
-    event: RawEvent, observation: providers.Observation, named: set[tuple[int, str, str]]
-) -> Ingestion:
-    """What the event does, as its Ingestion row (not saved yet): OBSERVED evidence on its
-    effect, or unmatched."""
-    endpoint = event.endpoint
-    effect_id = _effect_for(endpoint, observation, named)
-    if effect_id is None:
-        return Ingestion(raw_event=event, outcome="unmatched")
-    evidence: dict[str, Any] = {
+def _evidence(event: RawEvent, observation: providers.Observation) -> dict[str, Any]:
+    return {
         "source": "webhook",
         "provider": observation.provider,
         "event_id": observation.event_id,
@@ -300,12 +307,23 @@ def _ingestion(
         "result_ref": observation.result_ref,
         "body_sha256": hashlib.sha256(bytes(event.body)).hexdigest(),
     }
-    observed, settled = notary_services.effect_observe(
-        tenant=endpoint.tenant, effect_id=effect_id, evidence=evidence
+
+
+def _record(matched: Sequence[tuple[RawEvent, str, dict[str, Any]]]) -> dict[int, Ingestion]:
+    """What the matched events of one tenant do, as their Ingestion rows (not saved yet): OBSERVED
+    evidence on their effects, recorded together and in order."""
+    if not matched:
+        return {}
+    recorded = notary_services.effects_observe(
+        tenant=matched[0][0].endpoint.tenant,
+        observations=[(effect_id, evidence) for _, effect_id, evidence in matched],
     )
-    return Ingestion(
-        raw_event=event, effect_id=effect_id, observed_seq=observed.seq, outcome=settled
-    )
+    return {
+        event.pk: Ingestion(
+            raw_event=event, effect_id=effect_id, observed_seq=observed.seq, outcome=settled
+        )
+        for (event, effect_id, _), (observed, settled) in zip(matched, recorded, strict=True)
+    }
 
 
 def _effect_for(
@@ -319,7 +337,7 @@ def _effect_for(
     if observation.effect_id:
         found = (endpoint.tenant_id, target, observation.effect_id) in named
         return observation.effect_id if found else None
-    if observation.result_ref and providers.PROVIDERS[endpoint.provider].matches_result_ref:
+    if _by_result_ref(endpoint, observation):
         effects = Effect.objects.filter(tenant_id=endpoint.tenant_id, target=target)
         return (
             effects.filter(result_ref=observation.result_ref)
@@ -327,6 +345,15 @@ def _effect_for(
             .first()
         )
     return None
+
+
+def _by_result_ref(endpoint: Endpoint, observation: providers.Observation) -> bool:
+    """Whether the event is matched by a lookup of the email id it carries (no effect id)."""
+    return (
+        not observation.effect_id
+        and bool(observation.result_ref)
+        and providers.PROVIDERS[endpoint.provider].matches_result_ref
+    )
 
 
 def _enqueue(raw_event_id: int) -> None:

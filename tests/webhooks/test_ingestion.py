@@ -10,13 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
-from notary.models import Effect, Tenant
+from notary.models import Effect, ReviewNotice, Tenant
 from testkit.factories import INSTANT, client_for, dispatched, register
 from testkit.notary_server import free_port, running_notary
 from testkit.paths import child_database_url
@@ -161,6 +163,99 @@ def test_a_batch_ingests_its_events_as_one_after_another_would(
     assert again == ingestions  # nothing ingested twice
     assert Ingestion.objects.count() == 3
     assert state(globex, theirs) == "DISPATCHED"
+
+
+def ingested_story(tenant: Tenant, *, batched: bool) -> dict[str, Any]:
+    """Six events on three effects of the tenant, interleaved, ingested one by one or as one
+    batch; what they did, tenant-neutral (effects by case, no ids, no instants)."""
+    made, secret = endpoint_for(tenant, "stripe")
+    settled, ambiguous, quiet = (dispatched(tenant, "refunds", f"case-{n}") for n in range(3))
+    assert notary_services.effect_sweep(tenant=tenant, effect_id=ambiguous) == "ambiguous"
+    failed = {"status": "failed", "event_type": "refund.failed"}
+    events = [
+        stripe_refund_event(settled),  # settles it
+        stripe_refund_event(ambiguous, **failed),  # settles the AMBIGUOUS one as FAILED
+        stripe_refund_event(settled, **failed),  # contradicts the verdict just settled
+        stripe_refund_event(quiet, status="requires_action"),  # says nothing either way
+        stripe_refund_event(ambiguous),  # contradicts the failure: back to a person
+        stripe_refund_event(settled),  # agrees with the verdict
+    ]
+    for n, event in enumerate(events):  # the same in both tenants, as their results show
+        event["id"], event["created"], event["data"]["object"]["id"] = f"evt_{n}", n, f"re_{n}"
+    size = tenant.log.size
+    raw_ids = [stored(made, secret, event) for event in events]
+    if batched:
+        ingestions = services.events_ingest(raw_event_ids=[*raw_ids, raw_ids[2]])  # one twice
+    else:
+        ingestions = [services.event_ingest(raw_event_id=raw_id) for raw_id in raw_ids]
+    case = dict(Effect.objects.filter(tenant=tenant).values_list("effect_id", "case_id"))
+    added = [e for e in iter_entries(log=tenant.log) if e.seq >= size]
+    return {
+        "log size before": size,
+        "ingestions": [(case[i.effect_id], i.observed_seq, i.outcome) for i in ingestions],
+        "entries": [
+            (e.seq, e.kind, case[e.effect_id], {**e.body_value(), "body_sha256": ""}) for e in added
+        ],
+        "effects": [
+            (
+                row.case_id,
+                row.state,
+                row.contradicted,
+                row.attempts,
+                row.last_seq,
+                row.result_ref,
+                row.settled_at is not None,
+                row.queued_at is not None,
+            )
+            for row in Effect.objects.filter(tenant=tenant).order_by("case_id")
+        ],
+        "notices": sorted(
+            (case[n.effect_id], n.event, n.cause)
+            for n in ReviewNotice.objects.filter(tenant=tenant)
+        ),
+    }
+
+
+def test_a_batch_touching_one_effect_several_times_does_what_one_by_one_would(
+    acme: Tenant, globex: Tenant
+) -> None:
+    one_by_one = ingested_story(acme, batched=False)
+    batched = ingested_story(globex, batched=True)
+    assert batched == one_by_one
+    assert [(case, outcome) for case, _, outcome in batched["ingestions"]] == [
+        ("case-0", "committed_on_evidence"),
+        ("case-1", "failed_on_evidence"),
+        ("case-0", "recorded"),  # evidence is positive-only: a failure does not undo it
+        ("case-2", "recorded"),
+        ("case-1", "contradicts"),  # the first final verdict stands, contradicted
+        ("case-0", "contradicts"),  # a second refund: a duplicate effect, shown
+    ]
+    assert [kind for _, kind, _, _ in batched["entries"]] == [
+        "OBSERVED",
+        "COMMITTED",
+        "OBSERVED",
+        "FAILED",
+        *["OBSERVED"] * 4,
+    ]
+    assert [(case, event) for case, event, _ in batched["notices"]] == [
+        ("case-0", "entered_queue"),
+        ("case-1", "entered_queue"),  # contradicted after its evidence settled it
+        ("case-1", "entered_queue"),  # AMBIGUOUS, before any evidence
+    ]
+
+
+def test_a_batch_costs_as_many_statements_for_six_events_as_for_two(acme: Tenant) -> None:
+    made, secret = endpoint_for(acme, "stripe")
+
+    def statements(count: int) -> int:
+        effects = [dispatched(acme, "refunds", f"case-{count}-{n}") for n in range(count)]
+        raw_ids = [stored(made, secret, stripe_refund_event(effect)) for effect in effects]
+        with CaptureQueriesContext(connection) as ran:
+            ingestions = services.events_ingest(raw_event_ids=raw_ids)
+        assert [i.outcome for i in ingestions] == ["committed_on_evidence"] * count
+        return len(ran.captured_queries)
+
+    assert statements(2) == statements(6)  # the batch's, none per event
 
 
 def test_another_tenants_effect_is_never_touched(acme: Tenant, globex: Tenant) -> None:

@@ -4,18 +4,22 @@ flag that keeps one drain task due never strands an id."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from ledger.core.entries import EntryKind
-from ledger.selectors import iter_entries
+from ledger.selectors import iter_entries, log_head
 from notary import services as notary_services
-from notary.models import Effect
+from notary.models import Effect, Tenant
 from testkit.celery_worker import running_worker
 from testkit.factories import INSTANT, dispatched, register
 from testkit.notary_server import running_notary
@@ -30,6 +34,7 @@ from testkit.webhook_signing import (
 )
 from webhooks import queue, services
 from webhooks.models import Ingestion, RawEvent
+from webhooks.tasks import ingest_pending, ingest_stranded_events
 
 
 @pytest.fixture
@@ -60,10 +65,11 @@ def test_one_drain_is_due_at_a_time_and_an_id_added_while_it_stops_is_not_strand
     assert queue.pending() == []
 
 
-@pytest.mark.slow
-def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
-    transactional_db: None, tmp_path: Path, empty_queue: str
-) -> None:
+def served_deliveries(
+    tmp_path: Path, broker: dict[str, str], count: int
+) -> tuple[Tenant, list[str]]:
+    """A tenant with `count` dispatched refunds, each one's webhook posted to a served notary
+    (stored and queued, not ingested, since no worker runs); the tenant and the effects."""
     tenant = notary_services.tenant_create(slug="refunds", name="Refunds")
     secret = new_secret("stripe")
     endpoint = services.endpoint_create(
@@ -72,8 +78,7 @@ def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
         provider="stripe",
         secrets=[secret],
     )
-    effects = [dispatched(tenant, "stripe-refunds", f"case-{n}") for n in range(30)]
-    broker = {"REDIS_URL": empty_queue, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    effects = [dispatched(tenant, "stripe-refunds", f"case-{n}") for n in range(count)]
     with (
         running_notary(child_database_url(), tmp_path, settings=broker) as url,
         httpx.Client(base_url=url, timeout=60) as client,
@@ -89,7 +94,27 @@ def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
             path = f"/webhooks/{endpoint.public_id}/"
             return client.post(path, content=body, headers=headers).status_code
 
-        assert list(pool.map(deliver, effects)) == [200] * 30
+        assert list(pool.map(deliver, effects)) == [200] * count
+    return tenant, effects
+
+
+def ingested_each_once(tenant: Tenant, effects: list[str]) -> None:
+    stored = list(RawEvent.objects.order_by("pk").values_list("pk", flat=True))
+    observed = [e for e in iter_entries(log=tenant.log) if e.kind == EntryKind.OBSERVED]
+    by_seq = dict(Ingestion.objects.values_list("observed_seq", "raw_event_id"))
+    assert sorted(by_seq[e.seq] for e in observed) == stored
+    assert sorted(e.effect_id for e in observed) == sorted(effects)  # each exactly once
+    assert set(Effect.objects.filter(tenant=tenant).values_list("state", flat=True)) == {
+        "COMMITTED_ON_EVIDENCE"
+    }
+
+
+@pytest.mark.slow
+def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
+    transactional_db: None, tmp_path: Path, empty_queue: str
+) -> None:
+    broker = {"REDIS_URL": empty_queue, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    tenant, effects = served_deliveries(tmp_path, broker, 30)
     # Each answer came after its row was committed and its id queued; nothing ingested yet.
     stored = list(RawEvent.objects.order_by("pk").values_list("pk", flat=True))
     assert len(stored) == 30
@@ -98,10 +123,56 @@ def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
     with running_worker(queue="celery", WEBHOOK_INGEST_BATCH="7", **broker) as (_, wait):
         wait(lambda: Ingestion.objects.count() == 30)
     assert queue.pending() == []
-    observed = [e for e in iter_entries(log=tenant.log) if e.kind == EntryKind.OBSERVED]
-    by_seq = dict(Ingestion.objects.values_list("observed_seq", "raw_event_id"))
-    assert sorted(by_seq[e.seq] for e in observed) == stored
-    assert sorted(e.effect_id for e in observed) == sorted(effects)  # each exactly once
-    assert set(Effect.objects.filter(tenant=tenant).values_list("state", flat=True)) == {
-        "COMMITTED_ON_EVIDENCE"
-    }
+    ingested_each_once(tenant, effects)
+
+
+def celery_workers_started_here() -> list[int]:
+    """The pids of the Celery workers this process started (its own children)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if parent == os.getpid() and b"celery" in command and b"worker" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def waiting_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        [(waiting,)] = cursor.fetchall()
+    return bool(waiting)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_batch_writes_nothing_and_the_sweep_ingests_each_event_once(
+    transactional_db: None, tmp_path: Path, empty_queue: str
+) -> None:
+    broker = {"REDIS_URL": empty_queue, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    tenant, effects = served_deliveries(tmp_path, broker, 10)
+    size = log_head(log=tenant.log).size
+    with psycopg.connect(child_database_url()) as holder:
+        # The tenant's log locked here: the worker's first batch takes its ids, locks its
+        # events and waits for the log inside its transaction, where it is SIGKILLed.
+        holder.execute("SELECT 1 FROM ledger_log WHERE id = %s FOR UPDATE", [tenant.log.pk])
+        with running_worker(queue="celery", WEBHOOK_INGEST_BATCH="4", **broker) as (_, wait):
+            wait(waiting_for_a_lock)
+            [worker] = celery_workers_started_here()
+            os.kill(worker, signal.SIGKILL)
+        holder.rollback()
+    assert len(queue.pending()) == 6  # the batch's 4 ids went with the worker
+    assert not Ingestion.objects.exists()
+    assert log_head(log=tenant.log).size == size  # nothing half done
+    with override_settings(WEBHOOK_INGEST_GRACE_SECONDS=0):
+        assert ingest_stranded_events() == 10  # all of them, queued or not, run here
+    assert ingest_pending() == 6  # the 6 still queued: ingested already, nothing added
+    assert queue.pending() == []
+    assert Ingestion.objects.count() == 10
+    assert log_head(log=tenant.log).size == size + 20  # an OBSERVED and a COMMITTED each
+    ingested_each_once(tenant, effects)
