@@ -13,14 +13,18 @@ from contextlib import contextmanager
 from notary.celery import app
 from testkit.paths import REPO_ROOT, child_database_url
 
+# Generous: a worker starts Django and Celery first, which on a busy shared machine has taken
+# more than 30 s.
+WAIT_SECONDS = 180
+
 
 @contextmanager
 def running_worker(
     queue: str | None = None, **settings: str
 ) -> Iterator[tuple[str, Callable[[Callable[[], bool]], None]]]:
     """Yield (queue, wait_until): the queue the worker consumes (by default one only it does),
-    and a poll that fails the test with the worker's output if it exits or 30 s pass. Tasks are
-    not eager meanwhile. `settings` override the worker's environment."""
+    and a poll that fails the test with the worker's output if it exits or WAIT_SECONDS pass.
+    Tasks are not eager meanwhile. `settings` override the worker's environment."""
     queue = queue or f"test-{secrets.token_hex(4)}"
     env = {
         **os.environ,
@@ -38,10 +42,10 @@ def running_worker(
     )  # fmt: skip
 
     def wait_until(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT_SECONDS
         while not done():
             assert worker.poll() is None, worker.stdout.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "the worker did not get there within 30 s"
+            assert time.monotonic() < deadline, f"the worker did not get there in {WAIT_SECONDS} s"
             time.sleep(0.2)
 
     app.conf.task_always_eager = False

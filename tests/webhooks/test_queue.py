@@ -115,14 +115,21 @@ def test_a_burst_of_webhooks_is_ingested_in_batches_each_exactly_once(
 ) -> None:
     broker = {"REDIS_URL": empty_queue, "CELERY_TASK_ALWAYS_EAGER": "false"}
     tenant, effects = served_deliveries(tmp_path, broker, 30)
-    # Each answer came after its row was committed and its id queued; nothing ingested yet.
+    # Each answer came after its row was committed and its id queued, each once (concurrent
+    # answers race to queue); nothing ingested yet. On a machine loaded enough, an enqueue can
+    # outlast the second webhooks.queue gives Redis, so that it never holds an answer: such an
+    # event is stored and not queued, and waits for the stranded-event sweep.
     stored = list(RawEvent.objects.order_by("pk").values_list("pk", flat=True))
     assert len(stored) == 30
-    assert sorted(queue.pending()) == stored  # each once (concurrent answers race to queue)
+    queued = queue.pending()
+    assert len(set(queued)) == len(queued)
+    assert set(queued) <= set(stored)
     assert not Ingestion.objects.exists()
     with running_worker(queue="celery", WEBHOOK_INGEST_BATCH="7", **broker) as (_, wait):
-        wait(lambda: Ingestion.objects.count() == 30)
+        wait(lambda: Ingestion.objects.count() == len(queued))
     assert queue.pending() == []
+    with override_settings(WEBHOOK_INGEST_GRACE_SECONDS=0):
+        assert ingest_stranded_events() == len(stored) - len(queued)
     ingested_each_once(tenant, effects)
 
 
