@@ -52,7 +52,6 @@ import os
 import random
 import re
 import secrets
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -882,7 +881,7 @@ def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
         }
         for provider in PROVIDERS:
             accounted[provider] += per_request(provider, label)
-        share = statistics.fmean(per_request(p, label) for p in PROVIDERS) / both
+        share = mean([per_request(p, label) for p in PROVIDERS]) / both
         rows.append(
             [
                 label,
@@ -899,7 +898,7 @@ def profile_table(profiles: dict[str, Profile], floor: Sequence[float]) -> str:
             "WSGI, Django, view, headers, model objects, JSON",
             "",
             *(duration(rest[p]) for p in PROVIDERS),
-            f"{statistics.fmean(rest.values()) / both:.0%}",
+            f"{mean(list(rest.values())) / both:.0%}",
         ]
     )
     p50 = {p: percentile(profiles[p].totals, 50) for p in PROVIDERS}

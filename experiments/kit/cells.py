@@ -12,7 +12,6 @@ nothing, honestly."""
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from tqdm import tqdm
+
+from experiments.kit.stats import median
 
 Answer = Literal["matches", "contradicts", "cannot know (said so)"]
 CELL_TIMEOUT_SECONDS = 240  # a cell run in a pool: long past any cell's own timeouts
@@ -138,13 +139,13 @@ class Row:
 
     def median(self) -> float | None:
         times = self.settled()
-        return statistics.median(times) if times else None
+        return median(times) if times else None
 
     def seconds(self) -> str:
         times = self.settled()
         if not times:
             return "never settled"
-        return f"{statistics.median(times):.2f} s (max {max(times):.2f} s)"
+        return f"{median(times):.2f} s (max {max(times):.2f} s)"
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from experiments.kit.cells import Scenario
+from experiments.kit.stats import median
 from experiments.kit.tables import markdown_table
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
@@ -35,13 +35,13 @@ def row_summary(scenario: Scenario, system: str) -> str:
     mine = scenario.of(system)
     n = len(mine)
     settled = [c.crash_to_settled_seconds for c in mine if c.crash_to_settled_seconds]
-    median = f"median {statistics.median(settled):.1f}s" if settled else "never settled"
+    median_line = f"median {median(settled):.1f}s" if settled else "never settled"
     return (
         f"{system}: {sum(c.held for c in mine)}/{n} left the world as wanted, "
         f"{sum(c.answer_vs_truth == 'matches' for c in mine)}/{n} answers matched the truth, "
         f"{sum(c.answer_vs_truth == 'cannot know (said so)' for c in mine)}/{n} said they "
         f"cannot know, {sum(c.record_proves_it for c in mine)}/{n} left a record that proves "
-        f"the outcome, {median} from crash to settled"
+        f"the outcome, {median_line} from crash to settled"
     )
 
 

@@ -24,6 +24,11 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def median(samples: Sequence[float]) -> float:
+    """The p50 by the nearest-rank rule: a measured value, never the mean of the middle two."""
+    return percentile(samples, 50)
+
+
 def mean(samples: Sequence[float]) -> float:
     return statistics.fmean(samples) if samples else math.nan
 

@@ -4,11 +4,11 @@ the refused faults. The fixed text is in text/email.toml; every number comes fro
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable
 
 from experiments.kit.cells import Cell, Scenario
 from experiments.kit.prose import listing
+from experiments.kit.stats import median
 from experiments.scenarios.email import GATES, TEXT
 from experiments.scenarios.email_world import EVIDENCE_WINDOW, WITHHELD
 from experiments.workers import email_worker
@@ -29,9 +29,9 @@ WINDOW = f"{EVIDENCE_WINDOW.total_seconds():.0f}"
 TIMEOUT = f"{email_agent.TIMEOUT.total_seconds():.0f}"
 
 
-def median(values: Iterable[float | None]) -> float | None:
+def median_of_present(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+    return median(present) if present else None
 
 
 def seconds(value: float | None) -> str:
@@ -180,7 +180,7 @@ def notary_row(scenario: Scenario) -> str | None:
         )
     evidence = [c for c in notary if c.answer == "COMMITTED_ON_EVIDENCE"]
     if evidence:
-        after = seconds(median(c.crash_to_settled_seconds for c in evidence))
+        after = seconds(median_of_present(c.crash_to_settled_seconds for c in evidence))
         sentence += TEXT.then("notary_evidence", seconds=after)
     for c in notary:
         if c.fault == "refused_before_send":
