@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import math
 from datetime import timedelta
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils.serializer_helpers import BindingDict
 
 from gate_client.budgets import MAX_WINDOW_SECONDS, BudgetPer
 from gate_client.mandates import MAX_TOKEN
@@ -538,6 +540,23 @@ class EffectOutcomeInput(serializers.Serializer):  # type: ignore[type-arg]
     body = OutcomeBodyField(validators=[bounded_depth])
 
 
+@functools.cache
+def _fields_of(serializer_class: type[serializers.Serializer]) -> BindingDict:  # type: ignore[type-arg]
+    return serializers.Serializer.fields.func(serializer_class())  # type: ignore[attr-defined,no-any-return]
+
+
+class FieldsBuiltOnce:
+    """An output serializer's fields, built once for its class and shared by its instances.
+    DRF builds them for every instance: it deep-copies the declared ones, nested serializers
+    and theirs, and a ModelSerializer derives each from its model field again. For the answer
+    to a proposal that was about 1 ms of the request. Only for serializers that write no
+    input and read no context (their fields' state is then the same for every instance)."""
+
+    @functools.cached_property
+    def fields(self) -> BindingDict:
+        return _fields_of(type(self))  # type: ignore[arg-type]
+
+
 class EntryOutput(serializers.Serializer):  # type: ignore[type-arg]
     """One ledger entry. `leaf` is its exact bytes (base64): what the hash and proofs cover."""
 
@@ -561,7 +580,7 @@ class EntryOutput(serializers.Serializer):  # type: ignore[type-arg]
         }
 
 
-class EffectOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
+class EffectOutput(FieldsBuiltOnce, serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = Effect
         fields = [
@@ -582,7 +601,7 @@ class EffectOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
 
 
-class EffectDetailOutput(serializers.Serializer):  # type: ignore[type-arg]
+class EffectDetailOutput(FieldsBuiltOnce, serializers.Serializer):  # type: ignore[type-arg]
     effect = EffectOutput()
     entries = EntryOutput(many=True)
     lease_entries = EntryOutput(many=True, help_text="The lease's grant and revocation")
@@ -593,7 +612,7 @@ class DispatchRefusedOutput(serializers.Serializer):  # type: ignore[type-arg]
     detail = serializers.CharField()
 
 
-class ProposeOutput(serializers.Serializer):  # type: ignore[type-arg]
+class ProposeOutput(FieldsBuiltOnce, serializers.Serializer):  # type: ignore[type-arg]
     created = serializers.BooleanField()
     effect = EffectOutput()
     entries = EntryOutput(many=True)
@@ -603,7 +622,7 @@ class ProposeOutput(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class RecordedEntryOutput(serializers.Serializer):  # type: ignore[type-arg]
+class RecordedEntryOutput(FieldsBuiltOnce, serializers.Serializer):  # type: ignore[type-arg]
     recorded = serializers.BooleanField(help_text="false: an earlier verdict stands")
     entry = EntryOutput()
     receipt_entries = EntryOutput(
