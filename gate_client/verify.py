@@ -16,9 +16,10 @@ verdicts:
   --witness-quorum (default: all) of the --witness keys: witnesses cosign only trees consistent
   with every one they cosigned before, so a log cannot show this export one history and them
   another;
-- integrity: every entry's bytes are proved included in that checkpoint's tree (in v2, within
-  its subtree, whose hash the header states and which, with the others, makes the signed root;
-  in v1, by its C2SP tlog-proof against the checkpoint), every
+- integrity: every entry's bytes are proved included in that checkpoint's tree (in v3 and v2,
+  within its subtree, whose hash the header states and which, with the others, makes the
+  signed root; in v1, by its C2SP tlog-proof against the checkpoint; in v3 an entry a receipt
+  line cites by seq must have been carried by one of the CITE_WINDOW lines before), every
   receipt's fields re-derive from its entries, and every budget statement (what a dispatch
   under a budgeted lease says was spent before it) re-derives from the entries before it;
 - completeness: the export covers its stated seq range with every entry present exactly once,
@@ -54,6 +55,13 @@ from types import TracebackType
 from typing import IO, Any
 
 from gate_client.budgets import budget_problems
+from gate_client.export_format import (
+    CITE_WINDOW,
+    EXPORT_FORMAT,
+    SUBTREES_TEXT_FORMAT,
+    TLOG_PROOF_FORMAT,
+    carried_leaf,
+)
 from gate_client.mandates import MandateError, check_evidence
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
@@ -67,7 +75,7 @@ from ledger.core.checkpoint import (
     succession,
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
-from ledger.core.entries import Entry, EntryError, EntryKind, entry_from_leaf
+from ledger.core.entries import Entry, EntryKind, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
 from ledger.core.subtrees import (
@@ -77,9 +85,7 @@ from ledger.core.subtrees import (
     verify_in_subtree,
 )
 
-EXPORT_FORMAT = "interlock-receipts-export/v2"
-# The format before it, still read: each entry's proof a whole C2SP tlog-proof.
-TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"
+FORMATS = (EXPORT_FORMAT, SUBTREES_TEXT_FORMAT, TLOG_PROOF_FORMAT)
 VERDICTS = ("authenticity", "witnesses", "integrity", "completeness", "history")
 UNWITNESSED = WitnessPolicy()  # no witness trusted, none required
 
@@ -134,7 +140,14 @@ def verify_export(
     except CosignatureError as exc:
         raise Failure("witnesses", "line 1", str(exc)) from exc
     held = _History.of(list(known), keys, header["checkpoint"], checkpoint)
-    state = _Walk(header["checkpoint"], checkpoint, cut, _Filter.of(header), held)
+    state = _Walk(
+        header["checkpoint"],
+        checkpoint,
+        cut,
+        _Filter.of(header),
+        held,
+        values=header["format"] == EXPORT_FORMAT,
+    )
     report = Report(
         origin=header["origin"],
         size=checkpoint.size,
@@ -282,7 +295,7 @@ def _authentic_checkpoint(header: dict[str, Any], trusted: Iterable[Verifier]) -
 
 @dataclass(frozen=True)
 class _Cut:
-    """How a v2 export proves its entries: the header's hashes of the tree's subtrees of
+    """How a v3 or v2 export proves its entries: the header's hashes of the tree's subtrees of
     2**height entries, which must make the checkpoint's root, and each entry's proof within its
     subtree. None of it in a v1 export, whose entries each carry a whole C2SP tlog-proof."""
 
@@ -337,11 +350,23 @@ class _Walk:
     one whose state the filter refuses)."""
 
     def __init__(
-        self, note: str, checkpoint: Checkpoint, cut: _Cut | None, wanted: _Filter, held: _History
+        self,
+        note: str,
+        checkpoint: Checkpoint,
+        cut: _Cut | None,
+        wanted: _Filter,
+        held: _History,
+        *,
+        values: bool,
     ) -> None:
         self.note = note
         self.checkpoint = checkpoint
         self.cut = cut
+        self.values = values  # v3: entries carried as JSON values, others cited by seq
+        self.receipt_lines = 0
+        # v3: the entries of other effects each receipt line carried, by seq, with the line,
+        # as long as a later line may cite them (CITE_WINDOW lines).
+        self.citable: dict[int, tuple[Entry, int]] = {}
         self.wanted = wanted
         self.held = held
         self.seen = bytearray(checkpoint.size)
@@ -366,14 +391,7 @@ class _Walk:
         if not isinstance(effect_id, str) or not isinstance(record.get("entries"), list):
             raise Failure("integrity", where, "a receipt line needs effect_id and entries")
         where = f"{where}, receipt {effect_id}"
-        entries = [self._proved(item, where) for item in record["entries"]]
-        if [e.seq for e in entries] != sorted({e.seq for e in entries}):
-            raise Failure("integrity", where, "its entries are not in seq order, once each")
-        for entry in entries:
-            if entry.effect_id == effect_id:
-                self._home(entry, where)
-            else:
-                self._copy(entry, where)
+        entries = self._line_entries(record["entries"], effect_id, where)
         stated = record.get("receipt")
         try:
             derived = derive_receipt(entries, effect_id).to_dict()
@@ -396,6 +414,50 @@ class _Walk:
                 "integrity", where, f"{', '.join(differing)} do not follow from its entries"
             )
         return str(derived["final_state"]), proposed
+
+    def _line_entries(self, items: list[Any], effect_id: str, where: str) -> list[Entry]:
+        """A receipt line's entries, in seq order, once each: its effect's own are their home,
+        another's (a lease's) are copies, or in v3 cited by seq."""
+        self.receipt_lines += 1
+        if self.receipt_lines % CITE_WINDOW == 0:  # forget what no line from here may cite
+            self.citable = {
+                s: (e, line)
+                for s, (e, line) in self.citable.items()
+                if self.receipt_lines - line <= CITE_WINDOW
+            }
+        entries = []
+        carried = []
+        for item in items:
+            if self.values and isinstance(item, int) and not isinstance(item, bool):
+                entries.append(self._cited(item, where))
+                continue
+            entry = self._proved(item, where, line_effect=effect_id)
+            entries.append(entry)
+            carried.append(entry)
+        if [e.seq for e in entries] != sorted({e.seq for e in entries}):
+            raise Failure("integrity", where, "its entries are not in seq order, once each")
+        for entry in carried:
+            if entry.effect_id == effect_id:
+                self._home(entry, where)
+            else:
+                self._copy(entry, where)
+                if self.values:
+                    self.citable[entry.seq] = (entry, self.receipt_lines)
+        return entries
+
+    def _cited(self, seq: int, where: str) -> Entry:
+        """The entry a v3 receipt line cites by seq: one of the CITE_WINDOW lines before it
+        carried it."""
+        found = self.citable.get(seq)
+        if found is None or self.receipt_lines - found[1] > CITE_WINDOW:
+            raise Failure(
+                "integrity",
+                where,
+                f"it cites entry {seq}, which none of the {CITE_WINDOW} receipt lines before "
+                "it carried",
+            )
+        self.copied += 1
+        return found[0]
 
     def entry(self, record: dict[str, Any], where: str) -> None:
         entry = self._proved(record, where)
@@ -492,13 +554,17 @@ class _Walk:
             start = self.seen.find(0, end)
         return ", ".join(ranges) + (f" and {more} more ranges" if more else "")
 
-    def _proved(self, item: Any, where: str) -> Entry:
-        """The entry in `item`, proved included in the checkpoint's tree."""
+    def _proved(self, item: Any, where: str, *, line_effect: str = "") -> Entry:
+        """The entry in `item`, proved included in the checkpoint's tree; `line_effect` is the
+        receipt line's effect id, which a v3 entry of that effect leaves out."""
         try:
-            entry = entry_from_leaf(_leaf_of(item, v1=self.cut is None))
-        except (KeyError, TypeError, UnicodeError, binascii.Error, EntryError) as exc:
+            if self.values:
+                entry = entry_from_leaf(carried_leaf(item["entry"], line_effect=line_effect))
+            else:
+                entry = entry_from_leaf(_leaf_of(item, v1=self.cut is None))
+        except (KeyError, TypeError, UnicodeError, binascii.Error, ValueError) as exc:
             raise Failure("integrity", where, f"unreadable entry: {exc}") from exc
-        if item.get("seq") != entry.seq:
+        if not self.values and item.get("seq") != entry.seq:
             raise Failure("integrity", where, f"entry {entry.seq} is labelled as another seq")
         hashes: Sequence[bytes]
         if self.cut is None:
@@ -590,7 +656,7 @@ def _hashes_of(text: Any) -> bytes:
 
 
 def _leaf_of(item: Any, *, v1: bool) -> bytes:
-    """An entry's exact bytes: in v1 as base64, in v2 as the text of its UTF-8."""
+    """An entry's exact bytes before v3: in v1 as base64, in v2 as the text of its UTF-8."""
     if v1:
         return base64.b64decode(item["leaf"], validate=True)
     text = item["text"]
@@ -666,7 +732,7 @@ def _header(raw: bytes) -> dict[str, Any]:
     try:
         header = json.loads(raw)
         ok = isinstance(header, dict) and header.get("type") == "header"
-        ok = ok and header.get("format") in (EXPORT_FORMAT, TLOG_PROOF_FORMAT)
+        ok = ok and header.get("format") in FORMATS
         ok = (
             ok
             and isinstance(header.get("origin"), str)

@@ -1,6 +1,6 @@
 """Receipts exported for auditors, who verify them offline (`python -m gate_client.verify`).
 
-The format, interlock-receipts-export/v2, is JSON Lines, one object a line:
+The format, interlock-receipts-export/v3, is JSON Lines, one object a line:
 
 - `header`: the log's origin, one signed checkpoint (a C2SP signed note) of size N, the hashes
   of the tree's subtrees of 2**height entries (ledger.core.subtrees: they fold into the signed
@@ -8,13 +8,15 @@ The format, interlock-receipts-export/v2, is JSON Lines, one object a line:
   The auditor trusts only the vkeys it was given; the verifier still requires the export's own
   to verify the checkpoint, and every receipt line to match the filter.
 - `receipt` lines, in ascending effect id: the receipt as of the checkpoint, and every entry it
-  derives from, each as its exact bytes (`text`: the canonical JSON leaf is UTF-8, so a JSON
-  string holds it exactly) with its inclusion proof within its subtree (its hashes, joined, in
-  base64: the checkpoint and the subtrees are the header's). An effect's own entries live
-  here; its lease's entries come along as copies.
+  derives from in seq order, each `{"entry": <its leaf as a JSON value>, "proof": <its hashes
+  within its subtree, joined, in base64>}` (the checkpoint and the subtrees are the header's).
+  An effect's own entries live here, each without its `effect_id`, which is the line's; its
+  lease's entries come along as copies, or as their bare seq when one of the CITE_WINDOW
+  receipt lines before carried them (gate_client.export_format: what the bytes of a carried
+  value are, and what the verifier keeps to read a citation).
 - `entry` lines, in ascending seq: every other entry of the range (leases, effects the filter
-  left out), with its proof. So each seq of the range has exactly one home, and an auditor can
-  tell that nothing was left out.
+  left out), `{"type": "entry", "entry": ..., "proof": ...}` with its effect id. So each seq
+  of the range has exactly one home, and an auditor can tell that nothing was left out.
 - `footer`: how many receipt and entry lines came before it.
 
 On request (`tlog_proofs`), the export is interlock-receipts-export/v1 instead: no subtrees in
@@ -22,7 +24,8 @@ the header, each entry's bytes in base64 (`leaf`) and its proof a whole C2SP tlo
 the checkpoint, which any tlog-proof verifier checks alone.
 
 It is produced as a stream, a chunk of effects at a time, so its memory does not grow with the
-log (beyond one bit per entry, to know which entries a receipt line already carried). Its
+log (beyond one bit per entry, to know which entries a receipt line already carried, and the
+lease entries the last CITE_WINDOW receipt lines carried). Its
 progress is counted in entries given their line, of the checkpoint's size: exact from the
 header on, whatever the filter leaves out.
 
@@ -39,6 +42,12 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from gate_client.export_format import (
+    CITE_WINDOW,
+    EXPORT_FORMAT,
+    TLOG_PROOF_FORMAT,
+    carried_text,
+)
 from gate_client.protocol import AT_RECOVERY, REFUSAL_REASONS, FinalState, State
 from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core.checkpoint import Checkpoint as SignedTree
@@ -81,11 +90,9 @@ from ledger.selectors import (
 from notary.errors import NotaryConflict, NotaryInputError
 from notary.models import Effect, Lease, Tenant
 
-EXPORT_FORMAT = "interlock-receipts-export/v2"
-TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"  # each entry with a whole C2SP tlog-proof
 # Entries per subtree the header states, as 2**height: each proof is `height` hashes, the
-# header a hash per 2**height entries.
-SUBTREE_HEIGHT = 5
+# header a hash per 2**height entries (2 bytes an entry at 4, next to the verifier's one bit).
+SUBTREE_HEIGHT = 4
 _CHUNK = 500
 # What reading an altered database can raise: a row that is not an entry, a node that is gone.
 _DAMAGE = (EntryError, ReceiptError, ProofError, LedgerLookupError, KeyError, ValueError)
@@ -153,9 +160,10 @@ def export_receipts(
         effects = effects.filter(proposed_at__lt=until)
     ids = effects.order_by("effect_id").values_list("effect_id", "lease_id")
     receipts = entries = homed = 0
+    cited = _Citations(enabled=not tlog_proofs)
     try:
         for chunk in _chunks(ids.iterator(chunk_size=_CHUNK), _CHUNK):
-            for line, own in _receipt_lines(tenant, prover, chunk, state, carried):
+            for line, own in _receipt_lines(tenant, prover, chunk, state, carried, cited):
                 receipts += 1
                 homed += own
                 report(homed, end)
@@ -308,8 +316,9 @@ class _Prover:
         nodes = fetch_nodes(log=self.log, node_ids=needed)
         return {seq: hashes_for_ranges(path, nodes) for seq, path in ranges.items()}
 
-    def proved(self, entry: LedgerEntry, proofs: dict[int, Any]) -> dict[str, Any]:
-        """The entry's line fields, once its bytes are proved in the signed tree."""
+    def item(self, entry: LedgerEntry, proofs: dict[int, Any], *, own_effect: str = "") -> str:
+        """The entry as a line carries it (JSON), once its bytes are proved in the signed tree;
+        `own_effect` is the receipt line's effect id when the entry is that effect's."""
         leaf = entry.leaf_bytes()
         proof = proofs[entry.seq]
         tree = self.tree
@@ -338,10 +347,11 @@ class _Prover:
                 f"{tree.size} ({exc})"
             ) from exc
         if self.subtrees is None:
-            shown = {"leaf": base64.b64encode(leaf).decode("ascii")}
-        else:
-            shown = {"text": leaf.decode("utf-8")}
-        return {"seq": entry.seq, **shown, "proof": proof}
+            return _json(
+                {"seq": entry.seq, "leaf": base64.b64encode(leaf).decode("ascii"), "proof": proof}
+            )
+        # The leaf is canonical JSON, so it is spliced in as it is: nothing is encoded again.
+        return f'{{"entry":{carried_text(leaf, own_effect=own_effect)},"proof":"{proof}"}}'
 
 
 def _entry_lines(tenant: Tenant, prover: _Prover, carried: bytearray) -> Iterator[str]:
@@ -356,7 +366,7 @@ def _entry_lines(tenant: Tenant, prover: _Prover, carried: bytearray) -> Iterato
             raise ExportDamaged(f"entries {gone[:10]} of {log.origin} are not stored")
         proofs = prover.proofs(seqs)
         for entry in homeless:
-            yield _line({"type": "entry", **prover.proved(entry, proofs)})
+            yield '{"type":"entry",' + prover.item(entry, proofs)[1:] + "\n"
 
 
 def _receipt_lines(
@@ -365,9 +375,11 @@ def _receipt_lines(
     chunk: list[tuple[str, str]],
     state: str | None,
     carried: bytearray,
+    cited: _Citations,
 ) -> Iterator[tuple[str, int]]:
     """The chunk's receipt lines that match `state`, each with how many of its entries are its
-    effect's own (the entries it is the home of)."""
+    effect's own (the entries it is the home of); an entry of another (a lease's) is cited by
+    its seq where `cited` allows."""
     log, end = tenant.log, prover.tree.size
     histories: dict[str, list[LedgerEntry]] = {effect_id: [] for effect_id, _ in chunk}
     rows = Entry.objects.filter(log=log, effect_id__in=list(histories), seq__lt=end)
@@ -391,16 +403,55 @@ def _receipt_lines(
         for entry in histories[effect_id]:
             carried[entry.seq] = 1
         lines.append((effect_id, receipt.to_dict(), journal))
-    needed = {e.seq for _, _, journal in lines for e in journal}
-    proofs = prover.proofs(needed)
-    for effect_id, receipt_fields, journal in lines:
-        record = {
-            "type": "receipt",
-            "effect_id": effect_id,
-            "receipt": receipt_fields,
-            "entries": [prover.proved(e, proofs) for e in journal],
-        }
-        yield _line(record), len(histories[effect_id])
+    lines_cited = [(line, cited.of_line(line[0], line[2])) for line in lines]
+    proofs = prover.proofs(
+        {e.seq for (_, _, journal), refs in lines_cited for e in journal if e.seq not in refs}
+    )
+    for (effect_id, receipt_fields, journal), refs in lines_cited:
+        items = ",".join(
+            str(e.seq)
+            if e.seq in refs
+            else prover.item(e, proofs, own_effect=effect_id if e.effect_id == effect_id else "")
+            for e in journal
+        )
+        text = (
+            f'{{"type":"receipt","effect_id":{_json(effect_id)},'
+            f'"receipt":{_json(receipt_fields)},"entries":[{items}]}}\n'
+        )
+        yield text, len(histories[effect_id])
+
+
+class _Citations:
+    """Which entries of other effects (a lease's) a receipt line may cite by seq: those one of
+    the CITE_WINDOW receipt lines before it carried, as the verifier keeps them. Not in v1,
+    whose entries each stand alone."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.line = 0  # receipt lines so far
+        self.carried_on: dict[int, int] = {}  # seq -> the receipt line that last carried it
+
+    def of_line(self, effect_id: str, journal: Iterable[LedgerEntry]) -> set[int]:
+        """The next receipt line's cited seqs; the others of other effects count as carried."""
+        self.line += 1
+        if not self.enabled:
+            return set()
+        if self.line % CITE_WINDOW == 0:  # forget what no line from here may cite
+            self.carried_on = {
+                seq: line
+                for seq, line in self.carried_on.items()
+                if self.line - line <= CITE_WINDOW
+            }
+        refs = set()
+        for entry in journal:
+            if entry.effect_id == effect_id:
+                continue
+            line = self.carried_on.get(entry.seq)
+            if line is not None and self.line - line <= CITE_WINDOW:
+                refs.add(entry.seq)
+            else:
+                self.carried_on[entry.seq] = self.line
+        return refs
 
 
 def _matches(final_state: str, wanted: str) -> bool:
@@ -414,7 +465,11 @@ def _seq(entry: LedgerEntry) -> int:
 
 
 def _line(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
+    return _json(record) + "\n"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -24,18 +24,20 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
 
+from gate_client import verify
 from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier, parse_tlog_proof
 from ledger.core.cosignature import CosignerKey
-from ledger.core.entries import entry_from_leaf
 from ledger.core.note import Signer, Verifier
+from ledger.selectors import iter_entries
 from notary import exports, services
 from notary.exports import Progress, export_receipts
 from notary.groups import AUDITORS
 from notary.models import Tenant
+from testkit.exports import carried_entry, carried_seq
 from testkit.factories import client_for, dispatched, leased, register
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +136,7 @@ def mutations(lines: list[bytes]) -> Iterator[tuple[str, list[bytes], set[str]]]
 @pytest.mark.parametrize(
     ("tlog_proofs", "height"),
     [(False, exports.SUBTREE_HEIGHT), (False, 2), (True, None)],
-    ids=["v2", "v2 in subtrees of 4", "v1 tlog-proofs"],
+    ids=["v3", "v3 in subtrees of 4", "v1 tlog-proofs"],
 )
 def test_every_change_deletion_and_reordering_is_caught_by_the_right_verdict(
     shop: Tenant, signer: Signer, tlog_proofs: bool, height: int | None, monkeypatch: Any
@@ -171,12 +173,12 @@ def test_a_header_vkey_in_another_spelling_of_the_same_key_fails_authenticity(
 def test_the_checkpoint_is_stated_once_and_tlog_proofs_are_there_on_request(
     shop: Tenant, signer: Signer
 ) -> None:
-    """v2 states the checkpoint and the subtrees once, each entry's proof is its hashes within
+    """v3 states the checkpoint and the subtrees once, each entry's proof is its hashes within
     its subtree; v1 (on request) proves each entry with a whole C2SP tlog-proof that opens
     alone. Both verify, and the subtrees altered in the header fail authenticity."""
     compact, whole = lines_of(shop), lines_of(shop, tlog_proofs=True)
     header = json.loads(compact[0])
-    assert header["format"] == "interlock-receipts-export/v2"
+    assert header["format"] == "interlock-receipts-export/v3"
     assert json.loads(whole[0])["format"] == "interlock-receipts-export/v1"
     assert "subtrees" not in json.loads(whole[0])
     note = header["checkpoint"]
@@ -185,7 +187,8 @@ def test_the_checkpoint_is_stated_once_and_tlog_proofs_are_there_on_request(
     assert sum(map(len, compact[1:])) < sum(map(len, whole[1:])) - proofs * len(note)
     first = json.loads(whole[1])["entries"][0]
     proof = parse_tlog_proof(first["proof"])
-    opened = proof.verify(_leaf(first), [key_of(shop, signer)], origin=shop.log.origin)
+    leaf = base64.b64decode(first["leaf"])
+    opened = proof.verify(leaf, [key_of(shop, signer)], origin=shop.log.origin)
     assert (opened.size, proof.index, proof.signed_checkpoint) == (21, first["seq"], note)
     for lines in (compact, whole):
         assert verify_export(lines, [key_of(shop, signer)]).receipts == 5
@@ -313,28 +316,30 @@ def rehomed(lines: list[bytes], effect_id: str, keep: int | None = None) -> list
     records = [json.loads(line) for line in lines]
     at = next(i for i, r in enumerate(records) if r.get("effect_id") == effect_id)
     receipt = records[at]
-    own = [e for e in receipt["entries"] if entry_from_leaf(_leaf(e)).effect_id == effect_id]
+    own = [
+        e
+        for e in receipt["entries"]
+        if not isinstance(e, int) and carried_entry(e, line_effect=effect_id).effect_id == effect_id
+    ]
     moved = own if keep is None else own[keep:]
     if keep is None:
         del records[at]
     else:
         receipt["entries"] = [e for e in receipt["entries"] if e not in moved]
-        journal = [entry_from_leaf(_leaf(e)) for e in receipt["entries"]]
+        journal = [carried_entry(e, line_effect=effect_id) for e in receipt["entries"]]
         receipt["receipt"] = derive_receipt(journal, effect_id).to_dict()
     body = [r for r in records if r["type"] == "entry"]
-    body += [{"type": "entry", **e} for e in moved]
-    body.sort(key=lambda r: r["seq"])
+    body += [
+        {"type": "entry", "entry": {**e["entry"], "effect_id": effect_id}, "proof": e["proof"]}
+        for e in moved
+    ]
+    body.sort(key=lambda r: carried_seq(r))
     receipts = [r for r in records if r["type"] == "receipt"]
     footer = {"type": "footer", "receipts": len(receipts), "entries": len(body)}
     return [
         lines[0],
         *(json.dumps(r, separators=(",", ":")).encode() for r in [*receipts, *body, footer]),
     ]
-
-
-def _leaf(item: dict[str, Any]) -> bytes:
-    """An entry's bytes as an export carries them: in v1 as base64, in v2 as text."""
-    return base64.b64decode(item["leaf"]) if "leaf" in item else item["text"].encode()
 
 
 def committed_effect(shop: Tenant, lines: list[bytes]) -> str:
@@ -378,7 +383,7 @@ def test_a_deleted_line_is_named_by_what_it_held(shop: Tenant, signer: Signer) -
     lines = lines_of(shop)
     records = [json.loads(line) for line in lines]
     first_entry = next(i for i, r in enumerate(records) if r["type"] == "entry")
-    seq = records[first_entry]["seq"]
+    seq = carried_seq(records[first_entry])
     with pytest.raises(Failure) as failure:
         verify_export(lines[:first_entry] + lines[first_entry + 1 :], [key_of(shop, signer)])
     assert failure.value.detail == (
@@ -386,11 +391,12 @@ def test_a_deleted_line_is_named_by_what_it_held(shop: Tenant, signer: Signer) -
         f"the footer counts {len(records) - 7} entry lines, {len(records) - 8} are here"
     )
     receipt = records[1]
-    seqs = [e["seq"] for e in receipt["entries"] if e["seq"] != receipt["entries"][0]["seq"]]
+    line_effect = receipt["effect_id"]
+    seqs = [carried_seq(e, line_effect=line_effect) for e in receipt["entries"][1:]]
     own = [
-        e["seq"]
-        for e in receipt["entries"]
-        if entry_from_leaf(_leaf(e)).effect_id == receipt["effect_id"]
+        e.seq
+        for e in (carried_entry(item, line_effect=line_effect) for item in receipt["entries"])
+        if e.effect_id == line_effect
     ]
     assert seqs  # the lease grant is a copy; the effect's own entries are named
     with pytest.raises(Failure) as failure:
@@ -629,11 +635,8 @@ def test_a_time_the_command_cannot_read_names_the_option_given(
             call_command("export_receipts", "--tenant=acme", f"--out={out}", option, moment)
 
 
-def test_lease_entries_copied_into_several_receipts_are_counted_once(
-    acme: Tenant, signer: Signer, tmp_path: Path
-) -> None:
-    """Three effects under one lease: the grant is proved at its home and in each receipt; the
-    verifier counts the log's 4 entries once, and the 3 copies apart."""
+def one_lease_three_effects(acme: Tenant, signer: Signer) -> None:
+    """Three effects proposed under one lease, and a checkpoint of them signed."""
     lease = leased(acme, "case-1", "email", requested_by="mail-bot")
     for target in ("mail-1", "mail-2", "mail-3"):
         register(acme, target)
@@ -649,6 +652,14 @@ def test_lease_entries_copied_into_several_receipts_are_counted_once(
             tenant=acme, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
         )
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+
+
+def test_lease_entries_copied_into_several_receipts_are_counted_once(
+    acme: Tenant, signer: Signer, tmp_path: Path
+) -> None:
+    """Three effects under one lease: the grant is proved at its home and carried or cited in
+    each receipt; the verifier counts the log's 4 entries once, and the 3 copies apart."""
+    one_lease_three_effects(acme, signer)
     out = tmp_path / "receipts.jsonl"
     out.write_text("".join(export_receipts(tenant=acme)), encoding="utf-8")
     vkey = key_of(acme, signer).vkey
@@ -664,3 +675,106 @@ def test_lease_entries_copied_into_several_receipts_are_counted_once(
         "integrity: OK  3 receipts re-derived from their entries, 4 entries proved in the tree "
         "(and 3 copies of lease entries carried in receipts, proved too)\n"
     ) in verified.stdout
+
+
+def receipt_items(lines: list[bytes]) -> list[list[Any]]:
+    return [json.loads(line)["entries"] for line in lines if b'"type":"receipt"' in line]
+
+
+def with_receipt_items(lines: list[bytes], line: int, items: list[Any]) -> list[bytes]:
+    """The export with the `line`-th receipt line's entries replaced by `items`."""
+    at = [i for i, raw in enumerate(lines) if b'"type":"receipt"' in raw][line]
+    record = {**json.loads(lines[at]), "entries": items}
+    return [*lines[:at], json.dumps(record, separators=(",", ":")).encode(), *lines[at + 1 :]]
+
+
+def test_a_lease_entry_is_cited_only_within_the_window_of_receipt_lines_that_carried_it(
+    acme: Tenant, signer: Signer, monkeypatch: Any
+) -> None:
+    """The first receipt line carries the lease grant, the next within CITE_WINDOW lines cite
+    its seq; past the window it is carried again. A citation of an entry no line within the
+    window carried is refused, and so is one the verifier's smaller window no longer holds."""
+    one_lease_three_effects(acme, signer)
+    key = [log_verifier(acme.log.origin, signer)]
+    lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
+    grant = next(e.seq for e in iter_entries(log=acme.log) if e.kind == "LEASE_GRANTED")
+    assert [grant in items for items in receipt_items(lines)] == [False, True, True]
+    assert verify_export(lines, key).copies == 3
+
+    uncarried = with_receipt_items(lines, 0, [grant, *receipt_items(lines)[0][1:]])
+    with pytest.raises(Failure) as failure:
+        verify_export(uncarried, key)
+    assert failure.value.verdict == "integrity"
+    assert f"it cites entry {grant}, which none of the" in failure.value.detail
+
+    for module in (exports, verify):
+        monkeypatch.setattr(module, "CITE_WINDOW", 1)
+    narrow = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
+    assert [grant in items for items in receipt_items(narrow)] == [False, True, False]
+    assert verify_export(narrow, key).receipts == 3
+    with pytest.raises(Failure) as failure:
+        verify_export(lines, key)  # its third line cites the grant two lines back
+    assert f"it cites entry {grant}, which none of the 1 receipt lines" in failure.value.detail
+
+
+def test_a_carried_entry_stands_for_its_canonical_bytes_and_nothing_else(
+    acme: Tenant, signer: Signer
+) -> None:
+    """v3 carries each entry as a JSON value, its own effect's without the effect id: a value
+    changed, or a lease's entry with its effect id ("") left out, is not the logged entry."""
+    one_lease_three_effects(acme, signer)
+    key = [log_verifier(acme.log.origin, signer)]
+    lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
+    items = receipt_items(lines)[0]
+    lease_item, proposed_item = items[0], items[1]
+    assert lease_item["entry"]["effect_id"] == "" and "effect_id" not in proposed_item["entry"]
+    payload = proposed_item["entry"]["body"]["payload"]
+    changed_body = {**proposed_item["entry"]["body"], "payload": {**payload, "to": "x@example.com"}}
+    no_effect_id = {k: v for k, v in lease_item["entry"].items() if k != "effect_id"}
+    for forged in (
+        [lease_item, {**proposed_item, "entry": {**proposed_item["entry"], "body": changed_body}}],
+        [{**lease_item, "entry": no_effect_id}, proposed_item],
+    ):
+        with pytest.raises(Failure) as failure:
+            verify_export(with_receipt_items(lines, 0, forged), key)
+        assert failure.value.verdict == "integrity"
+        assert "is not in the tree" in failure.value.detail
+
+
+def as_v2(lines: list[bytes]) -> list[bytes]:
+    """A v3 export written as v2 was: each entry's bytes as a JSON string with its seq, every
+    citation carried in full."""
+    records = [json.loads(line) for line in lines]
+    header = {**records[0], "format": "interlock-receipts-export/v2"}
+    carried: dict[int, dict[str, Any]] = {}
+
+    def v2_item(item: Any, line_effect: str) -> dict[str, Any]:
+        if isinstance(item, int):
+            return carried[item]
+        entry = carried_entry(item, line_effect=line_effect)
+        shown = {"seq": entry.seq, "text": entry.leaf_bytes().decode(), "proof": item["proof"]}
+        carried[entry.seq] = shown
+        return shown
+
+    rest = []
+    for record in records[1:]:
+        if record["type"] == "receipt":
+            items = [v2_item(item, record["effect_id"]) for item in record["entries"]]
+            record = {**record, "entries": items}
+        elif record["type"] == "entry":
+            record = {"type": "entry", **v2_item(record, "")}
+        rest.append(record)
+    return [json.dumps(r, separators=(",", ":")).encode() for r in [header, *rest]]
+
+
+def test_an_export_in_the_format_before_v3_still_verifies(acme: Tenant, signer: Signer) -> None:
+    one_lease_three_effects(acme, signer)
+    key = [log_verifier(acme.log.origin, signer)]
+    older = as_v2([line.rstrip("\n").encode() for line in export_receipts(tenant=acme)])
+    assert b'"text":' in older[1] and b'"entry":' not in older[1]
+    report = verify_export(older, key)
+    assert (report.receipts, report.proved, report.copies) == (3, 4, 3)
+    tampered = [older[0], older[1].replace(b"mail-bot", b"mail-bob"), *older[2:]]
+    with pytest.raises(Failure) as failure:
+        verify_export(tampered, key)
+    assert failure.value.verdict == "integrity"

@@ -17,7 +17,7 @@ from gate_client.receipts import derive_receipt
 from gate_client.verify import verify_export
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier
-from ledger.core.entries import EntryKind, entry_from_leaf
+from ledger.core.entries import EntryKind
 from ledger.core.note import Signer
 from ledger.selectors import effect_entries
 from notary import services
@@ -25,6 +25,7 @@ from notary.errors import NotaryInputError
 from notary.exports import export_receipts
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import Effect, ReviewAssignment, Tenant
+from testkit.exports import carried_entry
 from testkit.factories import register, settled
 
 pytestmark = pytest.mark.django_db
@@ -141,7 +142,11 @@ def test_a_note_is_a_ledger_entry_shown_with_its_author_and_exported(
     report = verify_export(lines, [log_verifier(acme.log.origin, signer)])
     assert report.receipts == 4 and report.outcomes["AMBIGUOUS"] == 3
     [line] = [json.loads(x) for x in lines if effect.effect_id.encode() in x and b'"receipt"' in x]
-    carried = [entry_from_leaf(e["text"].encode()) for e in line["entries"]]
+    carried = [
+        carried_entry(e, line_effect=effect.effect_id)
+        for e in line["entries"]
+        if not isinstance(e, int)
+    ]
     assert [e.body_value() for e in carried if e.kind == EntryKind.NOTED] == [
         {"by": "fiona", "text": text}
     ]

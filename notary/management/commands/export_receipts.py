@@ -23,7 +23,7 @@ from notary.models import Tenant
 
 class Command(BaseCommand):
     help = (
-        "Write a tenant's receipts as an interlock-receipts-export/v2 file (JSON Lines) that "
+        "Write a tenant's receipts as an interlock-receipts-export/v3 file (JSON Lines) that "
         "auditors check offline with `python -m gate_client.verify FILE --vkey VKEY`. "
         "A log that grew since its latest checkpoint gets a new one, signed with the notary's "
         "key (NOTARY_SIGNING_KEY_FILE), first; the export is as of the latest published one."
