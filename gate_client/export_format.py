@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.core.canonical import canonical_json
-
 EXPORT_FORMAT = "interlock-receipts-export/v3"
 SUBTREES_TEXT_FORMAT = "interlock-receipts-export/v2"  # still read: each entry as a string
 TLOG_PROOF_FORMAT = "interlock-receipts-export/v1"  # each entry with a whole C2SP tlog-proof
@@ -37,11 +35,12 @@ def carried_text(leaf: bytes, *, own_effect: str) -> str:
     return leaf.decode("utf-8")
 
 
-def carried_leaf(value: Any, *, line_effect: str) -> bytes:
-    """The exact bytes a v3 carried entry stands for: its value's canonical JSON, with the
-    line's effect id put back where the value leaves it out (entry lines have none, "")."""
+def carried_envelope(value: Any, *, line_effect: str) -> dict[str, Any]:
+    """The entry a v3 line carries, as its whole envelope (ledger.core.entries.
+    entry_from_envelope reads it): the line's effect id put back where the value leaves it out
+    (entry lines have none, "")."""
     if not isinstance(value, dict):
         raise TypeError("a carried entry is not a JSON object")
     if "effect_id" not in value and line_effect:
-        value = {**value, "effect_id": line_effect}
-    return canonical_json(value)
+        return {**value, "effect_id": line_effect}
+    return value

@@ -60,7 +60,7 @@ from gate_client.export_format import (
     EXPORT_FORMAT,
     SUBTREES_TEXT_FORMAT,
     TLOG_PROOF_FORMAT,
-    carried_leaf,
+    carried_envelope,
 )
 from gate_client.mandates import MandateError, check_evidence
 from gate_client.proved import NotProved, check_served_receipt
@@ -75,7 +75,7 @@ from ledger.core.checkpoint import (
     succession,
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
-from ledger.core.entries import Entry, EntryKind, entry_from_leaf
+from ledger.core.entries import Entry, EntryKind, entry_from_envelope, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
 from ledger.core.subtrees import (
@@ -559,7 +559,9 @@ class _Walk:
         receipt line's effect id, which a v3 entry of that effect leaves out."""
         try:
             if self.values:
-                entry = entry_from_leaf(carried_leaf(item["entry"], line_effect=line_effect))
+                entry = entry_from_envelope(
+                    carried_envelope(item["entry"], line_effect=line_effect)
+                )
             else:
                 entry = entry_from_leaf(_leaf_of(item, v1=self.cut is None))
         except (KeyError, TypeError, UnicodeError, binascii.Error, ValueError) as exc:

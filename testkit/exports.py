@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from gate_client.export_format import carried_leaf
-from ledger.core.entries import Entry, entry_from_leaf
+from gate_client.export_format import carried_envelope
+from ledger.core.entries import Entry, entry_from_envelope, entry_from_leaf
 
 
 def carried_entry(item: Any, *, line_effect: str = "") -> Entry:
@@ -15,7 +15,7 @@ def carried_entry(item: Any, *, line_effect: str = "") -> Entry:
     leaves out the line's effect id (`line_effect`) when the entry is that effect's."""
     if "leaf" in item:
         return entry_from_leaf(base64.b64decode(item["leaf"]))
-    return entry_from_leaf(carried_leaf(item["entry"], line_effect=line_effect))
+    return entry_from_envelope(carried_envelope(item["entry"], line_effect=line_effect))
 
 
 def carried_seq(item: Any, *, line_effect: str = "") -> int:

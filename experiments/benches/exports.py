@@ -699,12 +699,12 @@ def where_time_goes(measured: Measured) -> str:
         "derive_receipt": (exports, "derive_receipt"),
         "Receipt.to_dict": (Receipt, "to_dict"),
         "entries_at (the chunk's lease entries)": (exports, "entries_at"),
-        "_Prover.proved (leaf bytes, check, base64)": (exports._Prover, "proved"),
-        "_line (json.dumps)": (exports, "_line"),
+        "_Prover.item (leaf bytes, check, base64)": (exports._Prover, "item"),
+        "_json (json.dumps of receipts)": (exports, "_json"),
     }
     verify_steps = {
         "_record (json.loads of a line)": (verify, "_record"),
-        "entry_from_leaf (canonical checks, entry hash)": (verify, "entry_from_leaf"),
+        "entry_from_envelope (canonical JSON, entry hash)": (verify, "entry_from_envelope"),
         "verify_in_subtree": (verify, "verify_in_subtree"),
         "derive_receipt": (verify, "derive_receipt"),
     }

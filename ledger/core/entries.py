@@ -195,6 +195,40 @@ def entry_from_leaf(leaf: bytes) -> Entry:
         envelope = parse_canonical(leaf)
     except CanonicalJSONError as exc:
         raise EntryError(f"entry is not canonical JSON: {exc}") from exc
+    return _entry_of(envelope, leaf)
+
+
+# The envelope's fields other than the body, with the JSON type each must have.
+_ENVELOPE_TYPES = {
+    "created_at": str,
+    "effect_id": str,
+    "kind": str,
+    "prev_hash": str,
+    "seq": int,
+    "v": int,
+}
+
+
+def entry_from_envelope(envelope: Any) -> Entry:
+    """The entry whose leaf is the canonical JSON of `envelope`, a JSON value (an export line
+    carries entries so): what entry_from_leaf reads from those bytes, without parsing them
+    again. Its fields must have their JSON types (a seq of 3.0 is not one), since they are taken
+    from the value, not from the bytes."""
+    if not isinstance(envelope, dict):
+        raise EntryError("an entry is a JSON object")
+    for name, kind in _ENVELOPE_TYPES.items():
+        value = envelope.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise EntryError(f"entry field {name} is not a JSON {kind.__name__}")
+    try:
+        leaf = canonical_json(envelope)
+    except CanonicalJSONError as exc:
+        raise EntryError(f"entry has no canonical JSON: {exc}") from exc
+    return _entry_of(envelope, leaf)
+
+
+def _entry_of(envelope: Any, leaf: bytes) -> Entry:
+    """The entry of `leaf`, the canonical JSON of `envelope`."""
     if not isinstance(envelope, dict) or set(envelope) != _ENVELOPE_KEYS:
         raise EntryError(f"entry must have exactly the keys {sorted(_ENVELOPE_KEYS)}")
     if envelope["v"] != ENTRY_VERSION:

@@ -1,0 +1,83 @@
+"""An entry read from its envelope as a JSON value is the entry read from its leaf bytes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ledger.core.canonical import canonical_json
+from ledger.core.entries import (
+    EntryError,
+    entry_from_envelope,
+    entry_from_leaf,
+    genesis_hash,
+    seal_entry,
+)
+
+BODIES: list[Any] = [
+    {},
+    {"amount_cents": 2000, "to": "customer@example.com", "nested": {"b": [1, 2, {"c": None}]}},
+    {"text": 'é✓ \u2028 "quoted" \\ back', "ratio": 0.5, "big": 9007199254740991},
+    {"flags": [True, False], "empty": "", "z": -3},
+]
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_an_envelope_value_gives_the_entry_its_leaf_gives(body: Any) -> None:
+    entry = seal_entry(
+        seq=7,
+        kind="PROPOSED",
+        effect_id="eff_1",
+        body=canonical_json(body),
+        created_at=datetime(2026, 12, 5, 3, 0, 6, 869368, tzinfo=UTC),
+        prev_hash=genesis_hash("example.com/log"),
+    )
+    leaf = entry.leaf_bytes()
+    from_value = entry_from_envelope(json.loads(leaf))
+    assert from_value == entry_from_leaf(leaf) == entry
+    assert from_value.body_value() == body
+
+
+def sealed_envelope() -> dict[str, Any]:
+    entry = seal_entry(
+        seq=3,
+        kind="DISPATCHED",
+        effect_id="eff_1",
+        body=b'{"attempt":1}',
+        created_at=datetime(2026, 12, 5, tzinfo=UTC),
+        prev_hash=bytes(32),
+    )
+    envelope: dict[str, Any] = json.loads(entry.leaf_bytes())
+    return envelope
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"seq": 3.0}, "field seq is not a JSON int"),
+        ({"seq": True}, "field seq is not a JSON int"),
+        ({"v": "1"}, "field v is not a JSON int"),
+        ({"kind": None}, "field kind is not a JSON str"),
+        ({"created_at": "2026-12-05T00:00:00.000000+00:00"}, "does not re-encode"),
+        ({"extra": 1}, "exactly the keys"),
+        ({"v": 2}, "unknown entry version"),
+        ({"body": float("nan")}, "no canonical JSON"),
+    ],
+)
+def test_an_envelope_that_is_not_an_entry_as_logged_is_refused(
+    change: dict[str, Any], why: str
+) -> None:
+    with pytest.raises(EntryError, match=why):
+        entry_from_envelope({**sealed_envelope(), **change})
+
+
+def test_an_envelope_without_a_field_is_refused() -> None:
+    envelope = sealed_envelope()
+    del envelope["effect_id"]
+    with pytest.raises(EntryError, match="effect_id"):
+        entry_from_envelope(envelope)
+    with pytest.raises(EntryError, match="JSON object"):
+        entry_from_envelope([envelope])
