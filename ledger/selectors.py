@@ -249,12 +249,17 @@ def fetch_nodes(*, log: Log, node_ids: set[NodeId]) -> dict[NodeId, bytes]:
     if inner:
         table = MerkleNode._meta.db_table
         if arrays:
-            parts.append(
-                f'SELECT n.level, n."index", n.hash FROM {table} n '
-                "JOIN unnest(%s::smallint[], %s::bigint[]) AS w(level, idx) "
-                'ON n.level = w.level AND n."index" = w.idx WHERE n.log_id = %s'
-            )
-            params += [[level for level, _ in inner], [index for _, index in inner], log.pk]
+            # One index scan (node_unique_position) per level: a join with the unnested pairs
+            # was planned as a scan of every node of the log, once per chunk of an export.
+            by_level: dict[int, list[int]] = {}
+            for level, index in inner:
+                by_level.setdefault(level, []).append(index)
+            for level, indexes in by_level.items():
+                parts.append(
+                    f'SELECT level, "index", hash FROM {table} '
+                    'WHERE log_id = %s AND level = %s AND "index" = ANY(%s)'
+                )
+                params += [log.pk, level, indexes]
         else:
             pairs = ", ".join(["(%s, %s)"] * len(inner))
             parts.append(
