@@ -102,7 +102,7 @@ def parse_canonical(data: bytes) -> Any:
 def parse_checked(data: bytes) -> Any:
     """Decode bytes parse_canonical has accepted before (or a part of such bytes that is a
     value of its own): the same value, without encoding it again to compare."""
-    if _LONG_DIGITS.search(data) is None:
+    if not _has_long_digit_run(data):
         # Every integer spelled fits a double exactly, and accepted bytes hold no duplicate key
         # and no NaN: the C decoder alone reads the value the checking hooks would.
         return _decode(data, _PLAIN_DECODER.decode)
@@ -112,9 +112,18 @@ def parse_checked(data: bytes) -> Any:
 # A character past the Basic Multilingual Plane, in UTF-8: JCS orders such keys by UTF-16 code
 # units, Python by code points, so only canonical_json may judge bytes that hold one.
 _ASTRAL_UTF8 = re.compile(rb"[\xf0-\xf4]")
-# Sixteen digits in a row: perhaps an integer past 2**53 - 1, which _parse_integer reads as the
-# double it must be.
-_LONG_DIGITS = re.compile(rb"[0-9]{16}")
+
+
+def _has_long_digit_run(data: bytes) -> bool:
+    """Sixteen digits in a row: perhaps an integer past 2**53 - 1, which _parse_integer reads
+    as the double it must be. Found by mapping every digit to 0 and the rest to a space, in C:
+    a regular expression's search costs eight times as much, and this runs for every read of
+    an entry's body."""
+    return _SIXTEEN_ZEROS in data.translate(_DIGITS_AS_ZEROS)
+
+
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_SIXTEEN_ZEROS = b"0" * 16
 _PLAIN_DECODER = json.JSONDecoder()
 
 

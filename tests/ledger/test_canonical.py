@@ -3,6 +3,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,7 @@ from ledger.core.canonical import (
     MAX_ENCODING_DEPTH,
     MAX_SAFE_INTEGER,
     CanonicalJSONError,
+    _has_long_digit_run,
     _jcs,
     canonical_json,
     check_depth,
@@ -234,3 +236,11 @@ def test_parse_orders_keys_past_the_bmp_by_utf16_code_units() -> None:
     assert parse_canonical('{"\U0001f600":2,"\ufb33":1}'.encode()) == {"\U0001f600": 2, "\ufb33": 1}
     with pytest.raises(CanonicalJSONError):
         parse_canonical('{"\ufb33":1,"\U0001f600":2}'.encode())  # Python's code-point order
+
+
+@given(st.binary(max_size=64) | st.from_regex(rb"\A[0-9a\-.]{0,40}\Z"))
+def test_a_run_of_sixteen_digits_is_found_wherever_it_is(data: bytes) -> None:
+    """parse_checked's shortcut hinges on it: the C decoder alone only where no integer
+    spelling could pass what a double holds exactly."""
+    assert _has_long_digit_run(data) == (re.search(rb"[0-9]{16}", data) is not None)
+    assert _has_long_digit_run(b"x" + b"7" * 16) and not _has_long_digit_run(b"7" * 15 + b".7")
