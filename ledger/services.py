@@ -33,7 +33,13 @@ from ledger.core.checkpoint import log_verifier
 from ledger.core.combining import Combiner, Take, Turn
 from ledger.core.cosignature import CosignatureError, CosignerVerifier
 from ledger.core.entries import Entry as LedgerEntry
-from ledger.core.entries import EntryError, check_entry_fields, genesis_hash, seal_entry
+from ledger.core.entries import (
+    EntryError,
+    check_entry_fields,
+    check_entry_labels,
+    genesis_hash,
+    seal_entry,
+)
 from ledger.core.merkle import Frontier, NodeId
 from ledger.core.note import Signer, is_valid_key_name
 from ledger.keys import SigningKeyError
@@ -305,7 +311,11 @@ def _read_head(log: Log) -> Head:
 def _checked_item(item: NewEntry) -> Prepared:
     body = _encode_body(item.body)
     try:
-        check_entry_fields(kind=item.kind, effect_id=item.effect_id, body=body)
+        if isinstance(item.body, Mapping):
+            # Encoded here, from a mapping: a canonical JSON object already, not parsed again.
+            check_entry_labels(kind=item.kind, effect_id=item.effect_id)
+        else:
+            check_entry_fields(kind=item.kind, effect_id=item.effect_id, body=body)
     except EntryError as exc:
         raise LedgerInputError(str(exc)) from exc
     return body, item
@@ -533,20 +543,38 @@ def _insert_nodes(cursor: Any, *, log_id: int, nodes: Sequence[tuple[NodeId, byt
 
 
 def _entry_row(pk: int, log: Log, entry: LedgerEntry) -> Entry:
-    row = Entry(
-        id=pk,
-        log=log,
-        seq=entry.seq,
-        kind=entry.kind,
-        effect_id=entry.effect_id,
-        body=entry.body,
-        prev_hash=entry.prev_hash,
-        entry_hash=entry.entry_hash,
-        created_at=entry.created_at,
+    """The row as a read would give it: from_db builds it positionally, at half the cost of
+    keyword arguments (one per entry appended)."""
+    row = Entry.from_db(
+        connection.alias,
+        _ROW_FIELDS,
+        (
+            pk,
+            log.pk,
+            entry.seq,
+            entry.kind,
+            entry.effect_id,
+            entry.body,
+            entry.prev_hash,
+            entry.entry_hash,
+            entry.created_at,
+        ),
     )
-    row._state.adding = False
-    row._state.db = connection.alias
+    Entry.log.field.set_cached_value(row, log)
     return row
+
+
+_ROW_FIELDS = [  # Entry's fields in the order of its columns, as from_db takes them
+    "id",
+    "log_id",
+    "seq",
+    "kind",
+    "effect_id",
+    "body",
+    "prev_hash",
+    "entry_hash",
+    "created_at",
+]
 
 
 def _encode_body(body: Mapping[str, Any] | bytes) -> bytes:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.core.canonical import (
+    MAX_SAFE_INTEGER,
     CanonicalJSONError,
     canonical_json,
     parse_canonical,
@@ -103,18 +104,24 @@ class Entry:
 
 def check_entry_fields(*, kind: str, effect_id: str, body: bytes) -> None:
     """Refuse what no entry may hold, before anything is written."""
-    if kind not in EntryKind.__members__:
-        raise EntryError(f"unknown entry kind {kind!r}; one of: {', '.join(EntryKind)}")
-    if not _EFFECT_ID.fullmatch(effect_id):
-        raise EntryError(
-            f"effect_id must be at most {MAX_EFFECT_ID_LENGTH} characters of [A-Za-z0-9_-]"
-        )
+    check_entry_labels(kind=kind, effect_id=effect_id)
     try:
         body_value = parse_canonical(body)
     except CanonicalJSONError as exc:
         raise EntryError(f"entry body is not canonical JSON: {exc}") from exc
     if not isinstance(body_value, dict):
         raise EntryError("entry body must be a JSON object")
+
+
+def check_entry_labels(*, kind: str, effect_id: str) -> None:
+    """check_entry_fields without the body: for a body that is the canonical JSON of a mapping,
+    which is a canonical JSON object by construction."""
+    if kind not in EntryKind.__members__:
+        raise EntryError(f"unknown entry kind {kind!r}; one of: {', '.join(EntryKind)}")
+    if not _EFFECT_ID.fullmatch(effect_id):
+        raise EntryError(
+            f"effect_id must be at most {MAX_EFFECT_ID_LENGTH} characters of [A-Za-z0-9_-]"
+        )
 
 
 def leaf_bytes(
@@ -142,9 +149,23 @@ def _envelope(
     *, seq: int, kind: str, effect_id: str, created_at: datetime, prev_hash: bytes
 ) -> bytes:
     """The canonical envelope of an entry without its body."""
+    stamp = format_timestamp(created_at)
+    if (
+        type(seq) is int
+        and 0 <= seq <= MAX_SAFE_INTEGER
+        and kind in EntryKind.__members__
+        and _EFFECT_ID.fullmatch(effect_id)
+    ):
+        # Every string here is of characters JSON writes as themselves and the keys are in
+        # order, so this spelling is the canonical JSON, at a fifth of the encoder's cost (it
+        # is paid for every entry appended and every entry read back).
+        return (
+            f'{{"created_at":"{stamp}","effect_id":"{effect_id}","kind":"{kind}",'
+            f'"prev_hash":"{prev_hash.hex()}","seq":{seq},"v":{ENTRY_VERSION}}}'
+        ).encode()
     return canonical_json(
         {
-            "created_at": format_timestamp(created_at),
+            "created_at": stamp,
             "effect_id": effect_id,
             "kind": kind,
             "prev_hash": prev_hash.hex(),

@@ -34,6 +34,24 @@ def test_entries_get_gapless_seqs_and_a_chain_from_the_genesis_hash(log: Log) ->
     assert bytes(Entry.objects.get(log=log, seq=2).body) == canonical_json({"n": 2})
 
 
+def _columns(row: Entry) -> dict[str, object]:
+    values = {f.attname: getattr(row, f.attname) for f in Entry._meta.concrete_fields}
+    return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in values.items()}
+
+
+def test_the_rows_an_append_returns_are_the_rows_a_read_gives(log: Log) -> None:
+    """append_entries builds its rows without reading them back: each must hold what the table
+    does, field by field, be saved (not adding) and know its log without a query."""
+    appended = _fill(log, 3)
+    stored = Entry.objects.filter(log=log).order_by("seq")
+    assert [_columns(row) for row in appended] == [_columns(row) for row in stored]
+    assert [row.pk for row in appended] == [row.pk for row in stored]
+    assert not any(row._state.adding for row in appended)
+    with CaptureQueriesContext(connection) as queries:
+        assert {row.log.pk for row in appended} == {log.pk}
+    assert len(queries) == 0
+
+
 def test_an_effects_entries_are_its_rows_and_no_others(make_log: object) -> None:
     """effect_entries reads its statement without the ORM: what it gives must be what the rows
     hold, bytes and aware instants alike, one effect of one log in seq order."""
@@ -134,6 +152,7 @@ def test_tlog_proof_covers_only_entries_under_a_signed_checkpoint(log: Log, sign
         ("PROPOSED", {1: "x"}, "", "canonical"),
         ("PROPOSED", b'{"b":1,"a":2}', "", "canonical"),
         ("PROPOSED", b"[1]", "", "JSON object"),
+        ("PROPOSED", [1], "", "JSON object"),
         ("PROPOSED", {}, "has space", "effect_id"),
         ("PROPOSED", {}, "x" * 129, "effect_id"),
     ],
