@@ -39,8 +39,15 @@ pytest: $(BIN)/.installed
 BENCHES := ledger group_commit exports notary webhooks gate_recovery
 BENCH_FLAGS ?=
 
+# Each bench prints its goals; they are collected in $(GOALS) and printed together at the end.
+GOALS := var/bench-goals.jsonl
+
 bench: $(BIN)/.installed
-	set -e; for bench in $(BENCHES); do $(BIN)/python -m experiments.benches.$$bench $(BENCH_FLAGS); done
+	mkdir -p var && rm -f $(GOALS)
+	set -e; for bench in $(BENCHES); do \
+		BENCH_GOALS_FILE=$(GOALS) $(BIN)/python -m experiments.benches.$$bench $(BENCH_FLAGS); \
+	done
+	$(BIN)/python -m experiments.kit.goals $(GOALS)
 
 # Regenerates experiments/results/*.md and *.json (a few minutes; PostgreSQL on 127.0.0.1).
 experiments: $(BIN)/.installed

@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from experiments.kit.bench import bar, progress
 from experiments.kit.database import add_database_argument
+from experiments.kit.goals import record_goals
 from experiments.kit.machine import CORES, cpu_delta, server_cpu
 from experiments.kit.pool import Pool
 from experiments.kit.tables import aligned_table
@@ -182,7 +183,9 @@ def cpu_table(runs: Sequence[LoadRun], columns: CpuColumns) -> str:
 
 
 def print_goals(rows: Sequence[Sequence[str]]) -> None:
-    """The goals section: a table of (goal, measured, verdict) rows, then each in a line."""
+    """The goals section: a table of (goal, measured, verdict) rows, then each in a line; the
+    rows are also recorded for make bench's summary (experiments.kit.goals)."""
+    record_goals(rows)
     print("\n## Goals\n")
     print(aligned_table(["goal", "measured", "verdict"], rows))
     print()
