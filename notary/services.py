@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import functools
 import hashlib
 import re
 import secrets
@@ -99,7 +100,12 @@ from notary.models import (
     waits_for_a_person,
 )
 from notary.projection import effect_fields
-from notary.selectors import budget_spent, holding_candidates, lease_with_tenant
+from notary.selectors import (
+    budget_spent,
+    holding_candidates,
+    lease_with_tenant,
+    target_registered,
+)
 from notary.tokens import TOKEN_PREFIX, secret_digest
 
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -1332,17 +1338,70 @@ def _project_effect(
     row's fields, so a caller answering with the row need not read it back."""
     fields = effect_fields(history)
     effect_id = history[0].effect_id
-    before = None
-    if created:
-        Effect.objects.create(tenant=tenant, effect_id=effect_id, **fields)
-    else:
-        rows = Effect.objects.filter(tenant=tenant, effect_id=effect_id)
-        before = rows.values("state", "contradicted").first()
-        rows.update(**fields)
+    before = _write_effect_row(tenant=tenant, effect_id=effect_id, fields=fields, created=created)
     due = _review_event(before=before, after=fields, history=history)
     if due is not None:
         _review_notice_add(tenant=tenant, effect_id=effect_id, event=due[0], cause=due[1])
     return fields
+
+
+def _write_effect_row(
+    *, tenant: Tenant, effect_id: str, fields: Mapping[str, Any], created: bool
+) -> dict[str, Any] | None:
+    """Insert the effect's row, or update it and return its state and contradicted as they
+    were (None if it has no row), by written-out statements: every proposal and outcome writes
+    one, and building them through the ORM cost more than running them. On PostgreSQL the
+    update is one statement that also gives the values it replaced."""
+    names = tuple(fields)
+    values = [_EFFECT_COLUMNS[name].get_db_prep_save(fields[name], connection) for name in names]
+    statements = _effect_row_statements(names, connection.vendor)
+    with connection.cursor() as cursor:
+        if created:
+            cursor.execute(statements.insert, [tenant.pk, effect_id, *values])
+            return None
+        if connection.vendor == "postgresql":
+            cursor.execute(statements.update_returning, [*values, tenant.pk, effect_id])
+            row = cursor.fetchone()
+        else:
+            cursor.execute(statements.select, [tenant.pk, effect_id])
+            row = cursor.fetchone()
+            cursor.execute(statements.update, [*values, tenant.pk, effect_id])
+    return None if row is None else {"state": row[0], "contradicted": bool(row[1])}
+
+
+_EFFECT_COLUMNS = {field.name: field for field in Effect._meta.concrete_fields}
+
+
+@dataclass(frozen=True)
+class _EffectRowStatements:
+    insert: str
+    update_returning: str  # PostgreSQL's: the update, giving the state it replaced
+    select: str
+    update: str
+
+
+@functools.cache
+def _effect_row_statements(names: tuple[str, ...], vendor: str) -> _EffectRowStatements:
+    """The statements that write the projection `names` (effect_fields' keys, always the same)
+    on the database `vendor` (the cache's key) names."""
+    quote = connection.ops.quote_name
+    table = quote(Effect._meta.db_table)
+    columns = [quote(str(_EFFECT_COLUMNS[name].column)) for name in names]
+    assignments = ", ".join(f"{column} = %s" for column in columns)
+    key = "tenant_id = %s AND effect_id = %s"
+    return _EffectRowStatements(
+        insert=(
+            f"INSERT INTO {table} (tenant_id, effect_id, {', '.join(columns)})"
+            f" VALUES ({', '.join(['%s'] * (len(columns) + 2))})"
+        ),
+        update_returning=(
+            f"UPDATE {table} AS e SET {assignments}"
+            f" FROM (SELECT id, state, contradicted FROM {table} WHERE {key}) AS stored"
+            " WHERE e.id = stored.id RETURNING stored.state, stored.contradicted"
+        ),
+        select=f"SELECT state, contradicted FROM {table} WHERE {key}",
+        update=f"UPDATE {table} SET {assignments} WHERE {key}",
+    )
 
 
 def _review_event(
@@ -1459,7 +1518,7 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     if proposal["payload_hash"] != digest:
         raise NotaryInputError("proposal.payload_hash is not the SHA-256 of the canonical payload")
     _check_premises(proposal["premises"])
-    if not Target.objects.filter(tenant=tenant, name=proposal["target"]).exists():
+    if not target_registered(tenant=tenant, name=proposal["target"]):
         raise NotaryInputError(f"no target {proposal['target']!r}: register it first")
 
 
