@@ -13,12 +13,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, transaction
 from django.test import Client
+from django.utils import timezone
 
 from notary.models import Tenant
 from testkit.factories import dispatched, register
 from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
-from webhooks import services
-from webhooks.models import Endpoint, Ingestion, RawEvent, UnverifiedRequest
+from webhooks import selectors, services
+from webhooks.models import Endpoint, EndpointSecret, Ingestion, RawEvent, UnverifiedRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +110,34 @@ def test_unknown_endpoints_wrong_methods_and_oversized_bodies_are_refused(
         == 404
     )
     assert not RawEvent.objects.exists()
+
+
+def test_the_receivers_read_is_the_endpoint_as_the_orm_reads_it_with_its_active_secrets(
+    acme: Tenant, globex: Tenant
+) -> None:
+    older, retired, newer = new_secret("resend"), new_secret("resend"), new_secret("resend")
+    made = services.endpoint_create(
+        tenant=acme,
+        target=register(acme, "mail"),
+        provider="resend",
+        secrets=[older, retired, newer],
+    )
+    services.endpoint_create(
+        tenant=globex, target=register(globex, "mail"), provider="stripe", secrets=["whsec_g"]
+    )
+    EndpointSecret.objects.filter(secret=retired).update(retired_at=timezone.now())
+    found = selectors.endpoint_for_url(public_id=str(made.public_id))
+    assert found is not None
+    endpoint, secrets = found
+    assert secrets == [older, newer]
+    stored = Endpoint.objects.get(pk=made.pk)
+    for field in Endpoint._meta.concrete_fields:  # those not read load when first used
+        assert getattr(endpoint, field.attname) == getattr(stored, field.attname), field.name
+    assert (endpoint.tenant, endpoint.target.name) == (acme, "mail")
+    EndpointSecret.objects.filter(endpoint=made).update(retired_at=timezone.now())
+    assert selectors.endpoint_for_url(public_id=str(made.public_id)) == (endpoint, [])
+    assert selectors.endpoint_for_url(public_id="00000000-0000-0000-0000-000000000000") is None
+    assert selectors.endpoint_for_url(public_id="not-a-uuid") is None
 
 
 def test_raw_events_and_ingestions_cannot_be_changed_or_deleted(
