@@ -16,9 +16,20 @@ from notary import counters
 from webhooks.models import Endpoint, Ingestion, RawEvent
 
 
+def endpoint_remembered(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
+    """endpoint_for_url as this process last read it, read now if it has not: the receiver's
+    read, which stores an event by an INSERT that checks the secret is still active, and reads
+    again for anything but a new event (services.event_receive)."""
+    try:
+        remembered = _remembered.get(uuid.UUID(public_id))
+    except ValueError:
+        return None
+    return remembered or endpoint_for_url(public_id=public_id)
+
+
 def endpoint_for_url(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
-    """The endpoint a provider posts to, with its active secrets (oldest first), in one query:
-    the receiver's only read before it stores the event."""
+    """The endpoint a provider posts to, with its active secrets (oldest first), in one query;
+    remembered for endpoint_remembered."""
     try:
         key = uuid.UUID(public_id)
     except ValueError:
@@ -28,11 +39,22 @@ def endpoint_for_url(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
         cursor.execute(_ENDPOINT_WITH_SECRETS, [value])
         rows = cursor.fetchall()
     if not rows:
+        _remembered.pop(key, None)
         return None
     # Built as the ORM builds a row it read (Model.from_db), without a raw queryset's per-query
     # work of matching columns to fields, which cost more than the query.
     endpoint = Endpoint.from_db(connection.alias, _ENDPOINT_FIELDS, rows[0][:-1])
-    return endpoint, [row[-1] for row in rows if row[-1] is not None]
+    found = endpoint, [row[-1] for row in rows if row[-1] is not None]
+    if len(_remembered) >= REMEMBERED_ENDPOINTS:
+        _remembered.clear()
+    _remembered[key] = found
+    return found
+
+
+# The endpoints this process last read, by public id; only existing ones, at most
+# REMEMBERED_ENDPOINTS of them.
+_remembered: dict[uuid.UUID, tuple[Endpoint, list[str]]] = {}
+REMEMBERED_ENDPOINTS = 10_000
 
 
 _PUBLIC_ID = Endpoint._meta.get_field("public_id")
