@@ -66,6 +66,7 @@ class EventUnreadable(RequestRefused):
 class Verified:
     event_id: str
     event: dict[str, Any]
+    secret: str = ""  # the active secret that verified it ("" for an event read back)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class WebhookProvider(ABC):
                 failures.append(f"{type(exc).__name__}: {exc}")
             else:
                 event = json_object(body)
-                return Verified(_event_id(self.event_id_of(event, headers)), event)
+                return Verified(_event_id(self.event_id_of(event, headers)), event, secret)
         raise VerificationFailed("; ".join(dict.fromkeys(failures)))
 
     @abstractmethod

@@ -16,24 +16,58 @@ from notary import counters
 from webhooks.models import Endpoint, Ingestion, RawEvent
 
 
+def endpoint_remembered(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
+    """endpoint_for_url as this process last read it, read now if it has not: the receiver's
+    read, which stores an event by an INSERT that checks the secret is still active, and reads
+    again for anything but a new event (services.event_receive)."""
+    try:
+        remembered = _remembered.get(uuid.UUID(public_id))
+    except ValueError:
+        return None
+    return remembered or endpoint_for_url(public_id=public_id)
+
+
 def endpoint_for_url(*, public_id: str) -> tuple[Endpoint, list[str]] | None:
-    """The endpoint a provider posts to, with its active secrets (oldest first), in one query:
-    the receiver's only read before it stores the event."""
+    """The endpoint a provider posts to, with its active secrets (oldest first), in one query;
+    remembered for endpoint_remembered."""
     try:
         key = uuid.UUID(public_id)
     except ValueError:
         return None
-    value = Endpoint._meta.get_field("public_id").get_db_prep_value(key, connection)
-    rows = list(Endpoint.objects.raw(_ENDPOINT_WITH_SECRETS, [value]))
+    value = _PUBLIC_ID.get_db_prep_value(key, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_ENDPOINT_WITH_SECRETS, [value])
+        rows = cursor.fetchall()
     if not rows:
+        _remembered.pop(key, None)
         return None
-    secrets: list[str | None] = [row.active_secret for row in rows]  # type: ignore[attr-defined]
-    return rows[0], [secret for secret in secrets if secret is not None]
+    # Built as the ORM builds a row it read (Model.from_db), without a raw queryset's per-query
+    # work of matching columns to fields, which cost more than the query.
+    endpoint = Endpoint.from_db(connection.alias, _ENDPOINT_FIELDS, rows[0][:-1])
+    found = endpoint, [row[-1] for row in rows if row[-1] is not None]
+    if len(_remembered) >= REMEMBERED_ENDPOINTS:
+        _remembered.clear()
+    _remembered[key] = found
+    return found
 
 
-# Only what receiving reads; any other field of the Endpoint loads on first use.
+# The endpoints this process last read, by public id; only existing ones, at most
+# REMEMBERED_ENDPOINTS of them.
+_remembered: dict[uuid.UUID, tuple[Endpoint, list[str]]] = {}
+REMEMBERED_ENDPOINTS = 10_000
+
+
+_PUBLIC_ID = Endpoint._meta.get_field("public_id")
+# Only what receiving reads, in the model's order (as from_db takes them); any other field of
+# the Endpoint loads on first use.
+_ENDPOINT_READ = [
+    field
+    for field in Endpoint._meta.concrete_fields
+    if field.attname in {"id", "public_id", "tenant_id", "target_id", "provider"}
+]
+_ENDPOINT_FIELDS = [field.attname for field in _ENDPOINT_READ]
 _ENDPOINT_WITH_SECRETS = (
-    "SELECT e.id, e.public_id, e.provider, e.tenant_id, e.target_id, s.secret AS active_secret "
+    f"SELECT {', '.join(f'e.{field.column}' for field in _ENDPOINT_READ)}, s.secret "
     'FROM "webhooks_endpoint" e LEFT JOIN "webhooks_endpointsecret" s '
     "ON s.endpoint_id = e.id AND s.retired_at IS NULL WHERE e.public_id = %s ORDER BY s.id"
 )

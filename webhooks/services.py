@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 QUARANTINED_HEADER_CHARS = 1000
 ERROR_CHARS = 2000
 RATE_LIMITED = "rate_limited"
+GONE = "not_found"
 
 
 class WebhookInputError(ValueError):
@@ -40,7 +41,8 @@ class WebhookInputError(ValueError):
 
 class WebhookRefused(Exception):
     """The request is not taken as a verified event. `code` is a Refusal value (the request is
-    in the quarantine) or RATE_LIMITED (it is not: the endpoint had too many this minute)."""
+    in the quarantine), RATE_LIMITED (it is not: the endpoint had too many this minute) or GONE
+    (the endpoint was removed as the request came)."""
 
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
@@ -91,23 +93,57 @@ def event_receive(
 ) -> tuple[RawEvent, bool]:
     """Verify and store one request; return the stored event and whether it is new.
 
-    `secrets` are the endpoint's active ones (selectors.endpoint_for_url reads them with it). A
-    verified event is stored as it came, append-only, by one INSERT that is its own commit
-    (outside a caller's transaction), so the row is durable before anyone is answered; one
-    whose id was stored before adds nothing. A new verified event is queued for ingestion once
-    its row is committed; with the queue down it waits for the periodic sweep. Anything else
-    raises WebhookRefused: kept in the endpoint's bounded quarantine (a digest, not the body)
-    and counted, or, past WEBHOOK_UNVERIFIED_PER_MINUTE for the endpoint, not kept at all. A
-    forgery claims no id."""
-    kept = {
-        name: headers[name].replace("\x00", "\ufffd")  # PostgreSQL's jsonb holds no NUL
-        for name in providers.KEPT_HEADERS
-        if name in headers
-    }
+    `secrets` are the endpoint's active ones as selectors.endpoint_for_url read them, perhaps
+    for an earlier request (selectors.endpoint_remembered). A verified event is stored as it
+    came, append-only, by one INSERT that is its own commit (outside a caller's transaction),
+    so the row is durable before anyone is answered; the INSERT checks that the secret that
+    verified it is still active on the endpoint, and adds nothing for an id stored before.
+    Anything but a new stored event is decided on the endpoint as read again now. A new
+    verified event is queued for ingestion once its row is committed; with the queue down it
+    waits for the periodic sweep. Anything else raises WebhookRefused: kept in the endpoint's
+    bounded quarantine (a digest, not the body) and counted, or, past
+    WEBHOOK_UNVERIFIED_PER_MINUTE for the endpoint, not kept at all. A forgery claims no id."""
+    kept = _kept_headers(headers)
+    outcome = _store_new(endpoint=endpoint, secrets=secrets, body=body, headers=headers, kept=kept)
+    if isinstance(outcome, RawEvent):
+        return outcome, True
+    found = selectors.endpoint_for_url(public_id=str(endpoint.public_id))
+    if found is None:
+        raise WebhookRefused(GONE, "no such webhook endpoint (it was removed)")
+    if (found[0].provider, found[1]) != (endpoint.provider, [*secrets]):
+        endpoint, secrets = found  # what the caller read is out of date: go by this
+        outcome = _store_new(
+            endpoint=endpoint, secrets=secrets, body=body, headers=headers, kept=kept
+        )
+        if isinstance(outcome, RawEvent):
+            return outcome, True
+    if isinstance(outcome, providers.RequestRefused):
+        _refuse(endpoint=endpoint, body=body, headers=kept, refusal=outcome)
+    # Stored before, or by a concurrent delivery a moment ago; else its secret was just retired.
+    stored = RawEvent.objects.filter(
+        endpoint=endpoint, provider_event_id=outcome.event_id, verified=True
+    ).first()
+    if stored is None:
+        retired = providers.VerificationFailed("the secret that verified it was retired")
+        _refuse(endpoint=endpoint, body=body, headers=kept, refusal=retired)
+    return stored, False
+
+
+def _store_new(
+    *,
+    endpoint: Endpoint,
+    secrets: Sequence[str],
+    body: bytes,
+    headers: Mapping[str, str],
+    kept: dict[str, str],
+) -> RawEvent | providers.Verified | providers.RequestRefused:
+    """The request verified and stored (with the `kept` headers) as a new event, queued once
+    committed; or, not stored, the verified event (its id was stored before, or its secret is
+    no longer active) or why it is not one."""
     try:
         verified = providers.PROVIDERS[endpoint.provider].verify(body, headers, secrets)
     except providers.RequestRefused as refusal:
-        _refuse(endpoint=endpoint, body=body, headers=kept, refusal=refusal)
+        return refusal
     event = RawEvent(
         endpoint=endpoint,
         received_at=timezone.now(),
@@ -117,24 +153,30 @@ def event_receive(
         verified=True,
         verification_error="",
     )
-    event.pk = _insert_new(event)
-    if event.pk is None:  # stored before, or by a concurrent delivery a moment ago
-        return RawEvent.objects.get(
-            endpoint=endpoint, provider_event_id=verified.event_id, verified=True
-        ), False
+    event.pk = _insert_new(event, provider=endpoint.provider, secret=verified.secret)
+    if event.pk is None:
+        return verified
     raw_event_id = event.pk
     transaction.on_commit(lambda: _enqueue(raw_event_id))
-    return event, True
+    return event
 
 
-def _insert_new(event: RawEvent) -> int | None:
+def _kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: headers[name].replace("\x00", "\ufffd")  # PostgreSQL's jsonb holds no NUL
+        for name in providers.KEPT_HEADERS
+        if name in headers
+    }
+
+
+def _insert_new(event: RawEvent, *, provider: str, secret: str) -> int | None:
     """Insert the verified event unless one with its id is stored (the partial unique index
-    rawevent_unique_verified_id decides, so concurrent deliveries race safely); its id, or
-    None. One statement, one round trip: no savepoint, no read first, and outside a
-    transaction its own commit."""
+    rawevent_unique_verified_id decides, so concurrent deliveries race safely) or `secret` is
+    not an active secret of its endpoint for `provider`; its id, or None. One statement, one
+    round trip: no savepoint, no read first, and outside a transaction its own commit."""
     values = [f.get_db_prep_save(getattr(event, f.attname), connection) for f in _INSERTED]
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_NEW, values)
+        cursor.execute(_INSERT_NEW, [*values, event.endpoint_id, provider, secret])
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 
@@ -142,11 +184,15 @@ def _insert_new(event: RawEvent) -> int | None:
 # Every column but the id, in the model's order, each value prepared by its field as the ORM would.
 _INSERTED = [field for field in RawEvent._meta.concrete_fields if not field.primary_key]
 # The conflict target names the partial unique index by its columns and condition (PostgreSQL
-# and SQLite both infer it); RETURNING gives nothing when the row was not inserted.
+# and SQLite both infer it); RETURNING gives nothing when the row was not inserted. The WHERE
+# is SQLite's too, which needs one to read the ON CONFLICT of an INSERT ... SELECT.
 _COLUMNS = ", ".join(f'"{field.column}"' for field in _INSERTED)
 _INSERT_NEW = (
     f'INSERT INTO "{RawEvent._meta.db_table}" ({_COLUMNS}) '
-    f"VALUES ({', '.join(['%s'] * len(_INSERTED))}) "
+    f"SELECT {', '.join(['%s'] * len(_INSERTED))} "
+    'WHERE EXISTS (SELECT 1 FROM "webhooks_endpointsecret" s JOIN "webhooks_endpoint" e '
+    "ON e.id = s.endpoint_id WHERE e.id = %s AND e.provider = %s AND s.secret = %s "
+    "AND s.retired_at IS NULL) "
     "ON CONFLICT (endpoint_id, provider_event_id) WHERE verified DO NOTHING RETURNING id"
 )
 

@@ -32,7 +32,7 @@ def receive(request: HttpRequest, endpoint_id: str) -> JsonResponse:
         response = _error(405, "method_not_allowed", f"{request.method}: providers POST here")
         response["Allow"] = "POST"
         return response
-    found = selectors.endpoint_for_url(public_id=endpoint_id)
+    found = selectors.endpoint_remembered(public_id=endpoint_id)
     if found is None:
         return _error(404, "not_found", "no such webhook endpoint")
     endpoint, secrets = found
@@ -46,6 +46,8 @@ def receive(request: HttpRequest, endpoint_id: str) -> JsonResponse:
             endpoint=endpoint, secrets=secrets, body=body, headers=headers
         )
     except services.WebhookRefused as refused:
+        if refused.code == services.GONE:
+            return _error(404, refused.code, refused.detail)
         if refused.code != services.RATE_LIMITED:
             return _error(400, refused.code, refused.detail)
         response = _error(429, refused.code, refused.detail)

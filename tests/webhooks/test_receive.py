@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from notary.models import Tenant
 from testkit.factories import dispatched, register
 from testkit.webhook_signing import body_of, new_secret, signed_headers, stripe_refund_event
-from webhooks import services
-from webhooks.models import Endpoint, Ingestion, RawEvent, UnverifiedRequest
+from webhooks import selectors, services
+from webhooks.models import Endpoint, EndpointSecret, Ingestion, RawEvent, UnverifiedRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -108,6 +110,77 @@ def test_unknown_endpoints_wrong_methods_and_oversized_bodies_are_refused(
         ).status_code
         == 404
     )
+    assert not RawEvent.objects.exists()
+
+
+def test_the_receivers_read_is_the_endpoint_as_the_orm_reads_it_with_its_active_secrets(
+    acme: Tenant, globex: Tenant
+) -> None:
+    older, retired, newer = new_secret("resend"), new_secret("resend"), new_secret("resend")
+    made = services.endpoint_create(
+        tenant=acme,
+        target=register(acme, "mail"),
+        provider="resend",
+        secrets=[older, retired, newer],
+    )
+    services.endpoint_create(
+        tenant=globex, target=register(globex, "mail"), provider="stripe", secrets=["whsec_g"]
+    )
+    EndpointSecret.objects.filter(secret=retired).update(retired_at=timezone.now())
+    found = selectors.endpoint_for_url(public_id=str(made.public_id))
+    assert found is not None
+    endpoint, secrets = found
+    assert secrets == [older, newer]
+    stored = Endpoint.objects.get(pk=made.pk)
+    for field in Endpoint._meta.concrete_fields:  # those not read load when first used
+        assert getattr(endpoint, field.attname) == getattr(stored, field.attname), field.name
+    assert (endpoint.tenant, endpoint.target.name) == (acme, "mail")
+    EndpointSecret.objects.filter(endpoint=made).update(retired_at=timezone.now())
+    assert selectors.endpoint_for_url(public_id=str(made.public_id)) == (endpoint, [])
+    assert selectors.endpoint_for_url(public_id="00000000-0000-0000-0000-000000000000") is None
+    assert selectors.endpoint_for_url(public_id="not-a-uuid") is None
+
+
+def test_a_remembered_endpoint_stores_with_one_insert_that_checks_the_secret_is_active(
+    endpoint: tuple[Endpoint, str],
+) -> None:
+    made, old = endpoint
+    body = body_of(stripe_refund_event(None))
+    assert post(made, body, signed_headers("stripe", body, old)).status_code == 200
+    body = body_of(stripe_refund_event(None))
+    with CaptureQueriesContext(connection) as ran:  # remembered: no read of the endpoint
+        assert post(made, body, signed_headers("stripe", body, old)).status_code == 200
+    assert [query["sql"].split()[0] for query in ran] == ["INSERT"]
+    # Rotated in the database, behind the process's back: the old secret is refused, the new
+    # one taken, a replay still a replay.
+    new = new_secret("stripe")
+    EndpointSecret.objects.filter(endpoint=made).update(retired_at=timezone.now())
+    EndpointSecret.objects.create(endpoint=made, secret=new)
+    stale = body_of(stripe_refund_event(None))
+    refused = post(made, stale, signed_headers("stripe", stale, old))
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "signature"
+    assert UnverifiedRequest.objects.get(endpoint=made).reason == "signature"
+    fresh = body_of(stripe_refund_event(None))
+    assert post(made, fresh, signed_headers("stripe", fresh, new)).json()["duplicate"] is False
+    assert post(made, fresh, signed_headers("stripe", fresh, new)).json()["duplicate"] is True
+    assert RawEvent.objects.count() == 3
+
+
+def test_a_remembered_endpoint_removed_since_is_a_404(acme: Tenant) -> None:
+    secret = new_secret("resend")
+    made = services.endpoint_create(
+        tenant=acme, target=register(acme, "mail"), provider="resend", secrets=[secret]
+    )
+    body = body_of({"type": "email.sent", "data": {"email_id": "em_1"}})
+    headers = signed_headers("resend", body, new_secret("resend"), event_id="msg_1")
+    assert post(made, body, headers).status_code == 400  # read, and remembered
+    EndpointSecret.objects.filter(endpoint=made).delete()
+    Endpoint.objects.filter(pk=made.pk).delete()
+    for signed_by in (secret, new_secret("resend")):
+        gone = post(made, body, signed_headers("resend", body, signed_by, event_id="msg_1"))
+        assert gone.status_code == 404
+        assert gone.json()["error"] == "not_found"
     assert not RawEvent.objects.exists()
 
 
