@@ -100,6 +100,23 @@ class Entry:
         """Note that the body's bytes are canonical (a frozen entry's one note to itself)."""
         object.__setattr__(self, "_canonical", True)
 
+    def read_once(self) -> Entry:
+        """A copy of this entry whose body_value parses the body once and gives that one value
+        at every call, for a reader that reads each body several times and changes none (a
+        receipt's derivation). This entry still gives a new value each call."""
+        copy = object.__new__(_ReadOnce)
+        copy.__dict__.update(self.__dict__)  # the fields, and the note that the body is checked
+        return copy
+
+
+class _ReadOnce(Entry):
+    """An entry whose body is parsed at its first read only (Entry.read_once)."""
+
+    def body_value(self) -> Any:
+        if "_value" not in self.__dict__:
+            object.__setattr__(self, "_value", super().body_value())
+        return self.__dict__["_value"]
+
 
 def check_entry_fields(*, kind: str, effect_id: str, body: bytes) -> None:
     """Refuse what no entry may hold, before anything is written."""
