@@ -153,6 +153,7 @@ def leaf_bytes(
 
 
 _BODY_KEY = b'{"body":'
+_CREATED_AT_KEY = b',"created_at":"'
 
 
 def _envelope(
@@ -255,20 +256,25 @@ def _entry_of(envelope: Any, leaf: bytes) -> Entry:
         prev_hash = bytes.fromhex(envelope["prev_hash"])
     except (AttributeError, TypeError, ValueError) as exc:
         raise EntryError(f"malformed entry field: {exc}") from exc
+    # The leaf is canonical JSON, so each field's bytes in it are its value's encoding: the
+    # fields the entry holds as other values than the leaf's (the time, the hash, the version)
+    # re-encode to the same bytes exactly when they spell them as the leaf does.
+    spelled = (format_timestamp(created_at), prev_hash.hex())
+    if (envelope["created_at"], envelope["prev_hash"]) != spelled or type(envelope["v"]) is not int:
+        raise EntryError("entry does not re-encode to the bytes it was read from")
+    # "body" is the first key and "created_at" the next: the body's bytes run up to the last
+    # `,"created_at":"`, since no string after it can hold a quote unescaped.
+    end = leaf.rfind(_CREATED_AT_KEY)
+    if not leaf.startswith(_BODY_KEY) or end < len(_BODY_KEY):
+        raise EntryError("entry does not re-encode to the bytes it was read from")
     fields: dict[str, Any] = {
         "seq": envelope["seq"],
         "kind": envelope["kind"],
         "effect_id": envelope["effect_id"],
+        "body": leaf[len(_BODY_KEY) : end],
         "created_at": created_at,
         "prev_hash": prev_hash,
     }
-    rest = _envelope(**fields)
-    # The leaf is canonical and "body" its first key: the body's canonical bytes are those
-    # between that key and the other fields, which must re-encode to the rest of the leaf.
-    tail = b"," + rest[1:]
-    if not leaf.startswith(_BODY_KEY) or not leaf.endswith(tail):
-        raise EntryError("entry does not re-encode to the bytes it was read from")
-    fields["body"] = leaf[len(_BODY_KEY) : len(leaf) - len(tail)]
     # The bytes were read and re-encoded to themselves: hashing what was read is sealing.
     entry = Entry(**fields, entry_hash=leaf_hash(leaf))
     entry._checked()  # a value of the canonical leaf's, so canonical itself
