@@ -96,7 +96,9 @@ def derive_receipt(
         raise ReceiptError(f"{effect_id}: entries that do not hold together: {exc!r}") from exc
 
 
-def _derive(journal: Sequence[Entry], effect_id: str, payload_hash: str | None) -> Receipt:
+def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) -> Receipt:
+    # Each body is read several times (the state, the lease, the budget): parsed once.
+    journal = [e.read_once() for e in given]
     history = [e for e in journal if e.effect_id == effect_id]
     proposed_entry = next((e for e in history if e.kind == EntryKind.PROPOSED), None)
     if proposed_entry is None:

@@ -82,21 +82,42 @@ def _jcs(value: Any) -> bytes:
 
 def parse_canonical(data: bytes) -> Any:
     """Decode bytes that must already be canonical JSON; anything else is refused, not repaired."""
+    if not _has_long_digit_run(data):
+        try:
+            # Without a float, NaN or an integer of sixteen digits, the C decoder alone reads
+            # what the checking hooks below would; a duplicate key is left out of the value, so
+            # its bytes differ from the value's encoding. Anything else is judged, and named,
+            # by the checking parse.
+            value = _decode(data, _INTEGRAL_DECODER.decode)
+        except (CanonicalJSONError, _NotIntegral):
+            pass
+        else:
+            if _encodes_plainly_to(value, data):
+                return value
+    return _parse_checking(data)
+
+
+def _parse_checking(data: bytes) -> Any:
+    """parse_canonical with every hook that tells canonical bytes from others."""
     shape = _Shape()
     value = _parse(data, shape)
-    # Without numbers that parse as floats, keys past the BMP (the two places where JCS and
-    # Python's sorted, compact json.dumps differ) or nesting past the encoder's limit, the
-    # C encoder writes what canonical_json would: bytes equal to it are canonical.
-    if (
-        shape.plain
-        and _ASTRAL_UTF8.search(data) is None
-        and data.count(b"[") + data.count(b"{") <= MAX_ENCODING_DEPTH
-        and _plain_json(value) == data
-    ):
+    if shape.plain and _encodes_plainly_to(value, data):
         return value
     if canonical_json(value) != data:
         raise CanonicalJSONError("JSON is valid but not in canonical form")
     return value
+
+
+def _encodes_plainly_to(value: Any, data: bytes) -> bool:
+    """Whether the C encoder writes `value`, parsed from `data` with no float and no integer
+    past a double, as `data`. Without keys past the BMP or nesting past the encoder's limit (the
+    two places where JCS and Python's sorted, compact json.dumps differ), it writes what
+    canonical_json would: bytes equal to it are canonical."""
+    return (
+        _ASTRAL_UTF8.search(data) is None
+        and data.count(b"[") + data.count(b"{") <= MAX_ENCODING_DEPTH
+        and _plain_json(value) == data
+    )
 
 
 def parse_checked(data: bytes) -> Any:
@@ -122,6 +143,15 @@ def _has_long_digit_run(data: bytes) -> bool:
     return _SIXTEEN_ZEROS in data.translate(_DIGITS_AS_ZEROS)
 
 
+class _NotIntegral(Exception):
+    """A float or a constant (NaN, Infinity) the integral decoder met."""
+
+
+def _not_integral(text: str) -> Any:
+    raise _NotIntegral(text)
+
+
+_INTEGRAL_DECODER = json.JSONDecoder(parse_float=_not_integral, parse_constant=_not_integral)
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _SIXTEEN_ZEROS = b"0" * 16
 _PLAIN_DECODER = json.JSONDecoder()

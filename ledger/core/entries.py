@@ -101,6 +101,23 @@ class Entry:
         """Note that the body's bytes are canonical (a frozen entry's one note to itself)."""
         object.__setattr__(self, "_canonical", True)
 
+    def read_once(self) -> Entry:
+        """A copy of this entry whose body_value parses the body once and gives that one value
+        at every call, for a reader that reads each body several times and changes none (a
+        receipt's derivation). This entry still gives a new value each call."""
+        copy = object.__new__(_ReadOnce)
+        copy.__dict__.update(self.__dict__)  # the fields, and the note that the body is checked
+        return copy
+
+
+class _ReadOnce(Entry):
+    """An entry whose body is parsed at its first read only (Entry.read_once)."""
+
+    def body_value(self) -> Any:
+        if "_value" not in self.__dict__:
+            object.__setattr__(self, "_value", super().body_value())
+        return self.__dict__["_value"]
+
 
 def check_entry_fields(*, kind: str, effect_id: str, body: bytes) -> None:
     """Refuse what no entry may hold, before anything is written."""
@@ -143,6 +160,7 @@ def leaf_bytes(
 
 
 _BODY_KEY = b'{"body":'
+_CREATED_AT_KEY = b',"created_at":"'
 
 
 def _envelope(
@@ -259,20 +277,25 @@ def _entry_of(envelope: Any, leaf: bytes) -> Entry:
         prev_hash = bytes.fromhex(envelope["prev_hash"])
     except (AttributeError, TypeError, ValueError) as exc:
         raise EntryError(f"malformed entry field: {exc}") from exc
+    # The leaf is canonical JSON, so each field's bytes in it are its value's encoding: the
+    # fields the entry holds as other values than the leaf's (the time, the hash, the version)
+    # re-encode to the same bytes exactly when they spell them as the leaf does.
+    spelled = (format_timestamp(created_at), prev_hash.hex())
+    if (envelope["created_at"], envelope["prev_hash"]) != spelled or type(envelope["v"]) is not int:
+        raise EntryError("entry does not re-encode to the bytes it was read from")
+    # "body" is the first key and "created_at" the next: the body's bytes run up to the last
+    # `,"created_at":"`, since no string after it can hold a quote unescaped.
+    end = leaf.rfind(_CREATED_AT_KEY)
+    if not leaf.startswith(_BODY_KEY) or end < len(_BODY_KEY):
+        raise EntryError("entry does not re-encode to the bytes it was read from")
     fields: dict[str, Any] = {
         "seq": envelope["seq"],
         "kind": envelope["kind"],
         "effect_id": envelope["effect_id"],
+        "body": leaf[len(_BODY_KEY) : end],
         "created_at": created_at,
         "prev_hash": prev_hash,
     }
-    rest = _envelope(**fields)
-    # The leaf is canonical and "body" its first key: the body's canonical bytes are those
-    # between that key and the other fields, which must re-encode to the rest of the leaf.
-    tail = b"," + rest[1:]
-    if not leaf.startswith(_BODY_KEY) or not leaf.endswith(tail):
-        raise EntryError("entry does not re-encode to the bytes it was read from")
-    fields["body"] = leaf[len(_BODY_KEY) : len(leaf) - len(tail)]
     # The bytes were read and re-encoded to themselves: hashing what was read is sealing.
     entry = Entry(**fields, entry_hash=leaf_hash(leaf))
     entry._checked()  # a value of the canonical leaf's, so canonical itself

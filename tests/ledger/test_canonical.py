@@ -4,6 +4,8 @@ import enum
 import json
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,6 +18,7 @@ from ledger.core.canonical import (
     CanonicalJSONError,
     _has_long_digit_run,
     _jcs,
+    _parse_checking,
     canonical_json,
     check_depth,
     parse_canonical,
@@ -244,3 +247,58 @@ def test_a_run_of_sixteen_digits_is_found_wherever_it_is(data: bytes) -> None:
     spelling could pass what a double holds exactly."""
     assert _has_long_digit_run(data) == (re.search(rb"[0-9]{16}", data) is not None)
     assert _has_long_digit_run(b"x" + b"7" * 16) and not _has_long_digit_run(b"7" * 15 + b".7")
+
+
+def parsed(parse: Callable[[bytes], Any], data: bytes) -> str:
+    """What `parse` makes of `data`: the value with its types, or the refusal."""
+    try:
+        return repr(parse(data))
+    except CanonicalJSONError as exc:
+        return f"refused: {exc}"
+
+
+# The spellings a JSON value may have besides its canonical one.
+spellings = st.sampled_from(
+    [
+        lambda value: json.dumps(value, sort_keys=True, separators=(",", ":")),
+        lambda value: json.dumps(value, separators=(",", ":"), ensure_ascii=False),
+        lambda value: json.dumps(value, sort_keys=True),
+        lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False, indent=1),
+    ]
+)
+# Bytes canonical JSON holds next to each other, to splice into canonical bytes: a duplicate
+# key, a float, a NaN, a long integer, a key past the BMP, a lone surrogate, deep nesting.
+splices = st.sampled_from(
+    [
+        b'"a":1,"a":1,',
+        b"1.0",
+        b"1e-07",
+        b"NaN",
+        b"-0",
+        b"9007199254740993",
+        b"1234567890123456",
+        '"\U0001f600":1,'.encode(),
+        b'"\\ud800"',
+        b"[" * MAX_ENCODING_DEPTH,
+        b"]",
+        b" ",
+    ]
+)
+
+
+@given(
+    json_values | st.sampled_from([{"a": 1, "b": [True, None, "\x1f\n"]}, {"\U0001f600": 2}]),
+    spellings,
+    splices,
+    st.integers(min_value=0),
+)
+def test_the_plain_decoders_shortcut_accepts_and_refuses_what_the_checking_parse_does(
+    value: Any, spell: Callable[[Any], str], splice: bytes, at: int
+) -> None:
+    """parse_canonical reads bytes with no float, NaN or long integer with the C decoder alone:
+    on canonical bytes, on other spellings of the same value, and on canonical bytes with
+    something spliced in, it gives what the checking parse gives, or refuses with its words."""
+    canonical = canonical_json(value)
+    at %= len(canonical) + 1
+    for data in (canonical, spell(value).encode(), canonical[:at] + splice + canonical[at:]):
+        assert parsed(parse_canonical, data) == parsed(_parse_checking, data)

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, canonical_json
+from ledger.core.canonical import (
+    MAX_SAFE_INTEGER,
+    CanonicalJSONError,
+    canonical_json,
+    parse_canonical,
+)
 from ledger.core.entries import (
+    Entry,
     EntryError,
     EntryKind,
     entry_from_envelope,
@@ -127,3 +134,83 @@ def test_leaf_bytes_are_the_canonical_json_of_the_envelope(
             leaf()
         return
     assert leaf() == expected
+
+
+def read_as_before(envelope: dict[str, Any], leaf: bytes) -> Entry:
+    """The entry of `leaf` (the canonical JSON of `envelope`) by re-encoding its fields other
+    than the body and finding them at the leaf's end, as entries were read before: the
+    reference for reading them by comparing their spelling."""
+    keys = sorted(sealed_envelope())
+    if sorted(envelope) != keys:
+        raise EntryError(f"entry must have exactly the keys {keys}")
+    if envelope["v"] != 1:
+        raise EntryError(f"unknown entry version {envelope['v']!r}")
+    try:
+        created_at = datetime.fromisoformat(envelope["created_at"].replace("Z", "+00:00"))
+        prev_hash = bytes.fromhex(envelope["prev_hash"])
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise EntryError(f"malformed entry field: {exc}") from exc
+    fields = {name: envelope[name] for name in ("seq", "kind", "effect_id")}
+    rest = canonical_json(
+        {
+            **fields,
+            "created_at": format_timestamp(created_at),
+            "prev_hash": prev_hash.hex(),
+            "v": 1,
+        }
+    )
+    tail = b"," + rest[1:]
+    if not leaf.startswith(b'{"body":') or not leaf.endswith(tail):
+        raise EntryError("entry does not re-encode to the bytes it was read from")
+    body = leaf[len(b'{"body":') : len(leaf) - len(tail)]
+    return seal_entry(**fields, body=body, created_at=created_at, prev_hash=prev_hash)
+
+
+# Spellings of each field, the logged one first (drawn half the time); the body's and the ids'
+# strings hold what the last `,"created_at":"` of a leaf could be mistaken for.
+SPELLINGS: dict[str, list[Any]] = {
+    "body": [
+        {"attempt": 1},
+        {"a": 1, "created_at": "2026-12-05T00:00:00.000000Z", "z": ',"created_at":"x'},
+        {"note": '","created_at":"2026-12-05T00:00:00.000000Z"'},
+    ],
+    "created_at": [
+        "2026-12-05T00:00:00.000000Z",
+        "2026-12-05T00:00:00Z",
+        "2026-12-05T00:00:00.000000+00:00",
+        "2026-12-05T01:00:00.000000+01:00",
+        "2026-12-05 00:00:00.000000Z",
+        "2026-12-05T00:00:00.000000",
+        "0999-12-05T00:00:00.000000Z",
+        "not a time",
+    ],
+    "effect_id": ["eff_1", "", 'a","created_at":"b', ',"created_at":"'],
+    "kind": ["DISPATCHED", 'K","created_at":"2026-12-05T00:00:00.000000Z'],
+    "prev_hash": ["00" * 32, "AA" * 32, "00 " * 32, "0", "zz"],
+    "seq": [3, 0, 2**53 - 1],
+    "v": [1, 2, True, 1.0],
+}
+
+
+def outcome(read: Callable[[], Entry]) -> Entry | str:
+    try:
+        return read()
+    except EntryError as exc:
+        return str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {name: st.just(values[0]) | st.sampled_from(values) for name, values in SPELLINGS.items()}
+    )
+)
+def test_a_leaf_is_read_as_re_encoding_its_fields_reads_it(envelope: dict[str, Any]) -> None:
+    leaf = canonical_json(envelope)
+    expected = outcome(lambda: read_as_before(parse_canonical(leaf), leaf))
+    assert outcome(lambda: entry_from_leaf(leaf)) == expected
+    from_value = outcome(lambda: entry_from_envelope(envelope))
+    if not (isinstance(from_value, str) and "is not a JSON" in from_value):  # v of 1.0, True
+        assert from_value == outcome(lambda: read_as_before(envelope, leaf))
+    if isinstance(expected, Entry):
+        assert expected.leaf_bytes() == leaf
