@@ -564,17 +564,8 @@ def _entry_row(pk: int, log: Log, entry: LedgerEntry) -> Entry:
     return row
 
 
-_ROW_FIELDS = [  # Entry's fields in the order of its columns, as from_db takes them
-    "id",
-    "log_id",
-    "seq",
-    "kind",
-    "effect_id",
-    "body",
-    "prev_hash",
-    "entry_hash",
-    "created_at",
-]
+# Entry's fields in the order of its columns, as from_db takes them (and _entry_row gives them).
+_ROW_FIELDS = [field.attname for field in Entry._meta.concrete_fields]
 
 
 def _encode_body(body: Mapping[str, Any] | bytes) -> bytes:
