@@ -604,11 +604,19 @@ def finding_projection_problems(*, log: Log) -> list[str]:
 def budget_spent(
     *, tenant: Tenant, lease_id: str, budget: Budget, now: datetime, spender: str
 ) -> Spent:
-    """What the lease's effects hold of `budget` at `now`: gate_client.budgets.spent_in, as a
-    query on the projection (which spend_of writes). Read under the log lock, the rows are the
-    ledger's state: they are written with the entries."""
+    """What the effects of the lease's budget pool hold of `budget` at `now`:
+    gate_client.budgets.spent_in, as a query on the projection (which spend_of writes). The
+    pool is every lease granted from the lease's mandate, if it has one (Lease.mandate_hash),
+    else the lease alone. Read under the log lock, the rows are the ledger's state: they are
+    written with the entries."""
+    mandate = Lease.objects.filter(tenant=tenant, lease_id=lease_id, mandate_hash__gt="")
+    pool = Lease.objects.filter(
+        tenant=tenant, mandate_hash__in=Subquery(mandate.values("mandate_hash"))
+    )
     spends = Effect.objects.filter(
-        tenant=tenant, lease_id=lease_id, spent_at__gt=window_start(budget, now)
+        Q(lease_id=lease_id) | Q(lease_id__in=Subquery(pool.values("lease_id"))),
+        tenant=tenant,
+        spent_at__gt=window_start(budget, now),
     )
     if budget.per == BudgetPer.AGENT_KEY:
         spends = spends.filter(spent_by=spender)
