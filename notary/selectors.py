@@ -609,19 +609,27 @@ def budget_spent(
     pool is every lease granted from the lease's mandate, if it has one (Lease.mandate_hash),
     else the lease alone. Read under the log lock, the rows are the ledger's state: they are
     written with the entries."""
-    mandate = Lease.objects.filter(tenant=tenant, lease_id=lease_id, mandate_hash__gt="")
-    pool = Lease.objects.filter(
-        tenant=tenant, mandate_hash__in=Subquery(mandate.values("mandate_hash"))
-    )
     spends = Effect.objects.filter(
-        Q(lease_id=lease_id) | Q(lease_id__in=Subquery(pool.values("lease_id"))),
         tenant=tenant,
+        lease_id__in=budget_pool(tenant=tenant, lease_id=lease_id),
         spent_at__gt=window_start(budget, now),
     )
     if budget.per == BudgetPer.AGENT_KEY:
         spends = spends.filter(spent_by=spender)
     totals = spends.aggregate(amount=Coalesce(Sum("spent_amount"), 0), count=Count("pk"))
     return Spent(totals["amount"], totals["count"])
+
+
+def budget_pool(*, tenant: Tenant, lease_id: str) -> list[str]:
+    """The leases whose spends count with `lease_id`'s (gate_client.budgets.lease_pool): every
+    lease granted from its mandate, or itself alone. Listed first, each lookup by an index, so
+    that the spends are read by the index on each lease id (given a subquery instead, the
+    planner scans every spend of the tenant)."""
+    leases = Lease.objects.filter(tenant=tenant)
+    mandate = leases.filter(lease_id=lease_id).values_list("mandate_hash", flat=True).first()
+    if not mandate:
+        return [lease_id]
+    return list(leases.filter(mandate_hash=mandate).values_list("lease_id", flat=True))
 
 
 def lease_budgets_now(*, lease: Lease, now: datetime) -> list[tuple[Spent, str]]:
