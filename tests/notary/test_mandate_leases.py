@@ -415,6 +415,14 @@ def test_an_open_mandate_s_budget_spans_its_leases(
     lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
     report = verify_export(lines, [log_verifier(acme.log.origin, signer)])
     assert (report.receipts, report.budgets) == (4, 2)  # the two spends re-derive, pooled
+    reviewer = User.objects.create_user("fiona", password="pw", is_staff=True)
+    reviewer.groups.add(Group.objects.get(name=FINANCE_REVIEWERS))
+    browser = Client()
+    browser.force_login(reviewer)
+    pk = Lease.objects.get(lease_id=second["lease_id"]).pk
+    page = browser.get(f"/admin/notary/lease/{pk}/change/").content.decode()
+    assert f"also granted as {first['lease_id']}: one budget counts them all" in page
+    assert "$60.00 in 2 effects" in page
 
 
 def granted_again(tenant: Tenant, approver_holder: str, lease_id: str) -> Lease:
