@@ -9,7 +9,9 @@ and the auditor's offline re-derivation never disagree:
 - the spend counts while its dispatch lies inside the window (`window_start`);
 - an effect known not to have happened (FAILED, REFUSED, resolved as not happened, and no
   evidence says otherwise) gives its spend back; one that may have happened (in flight,
-  AMBIGUOUS, contradicted) holds it, because silence is not a refund."""
+  AMBIGUOUS, contradicted) holds it, because silence is not a refund;
+- spends count by pool: the leases granted from one AP2 mandate share one (the mandate's hash,
+  gate_client.mandates), so its budget spans them; any other lease is a pool of its own."""
 
 from __future__ import annotations
 
@@ -118,6 +120,43 @@ class Spent:
 
 
 @dataclass(frozen=True)
+class Total:
+    """What every spend of a pool together may come to, whenever made: an open mandate's
+    budget and occurrences, over all the leases granted from it."""
+
+    max_amount: int | None
+    max_count: int | None
+
+    def refusal(self, held: Spent, amount: int) -> str | None:
+        if self.max_count is not None and held.count + 1 > self.max_count:
+            return f"the mandate allows {self.max_count} effects in all; {held.count} hold spends"
+        if self.max_amount is not None and held.amount + amount > self.max_amount:
+            return (
+                f"the mandate allows {self.max_amount} in all; {held.amount} is held and this "
+                f"is {amount}"
+            )
+        return None
+
+
+def lease_pool(body: Mapping[str, Any]) -> str:
+    """The pool a LEASE_GRANTED body's lease spends from: the hash of the mandate it was
+    granted from, as the entry states it; else the lease's own id."""
+    mandate = body.get("mandate")
+    stated = mandate.get("mandate_hash") if isinstance(mandate, Mapping) else None
+    return stated if isinstance(stated, str) and stated else str(body["lease_id"])
+
+
+def lease_pools(entries: Iterable[Entry]) -> dict[str, str]:
+    """Each lease's pool (`lease_pool`), from the LEASE_GRANTED entries among `entries`."""
+    pools: dict[str, str] = {}
+    for entry in entries:
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            body = entry.body_value()
+            pools.setdefault(body["lease_id"], lease_pool(body))
+    return pools
+
+
+@dataclass(frozen=True)
 class Spend:
     """What one effect holds of its lease's budgets: from its first dispatch, by its key."""
 
@@ -163,7 +202,7 @@ def _first_spend(history: Sequence[Entry]) -> tuple[Entry, Spend, BudgetStatemen
 
 
 def spent_in(spends: Iterable[Spend], budget: Budget, *, now: datetime, spender: str) -> Spent:
-    """What `spends` (one lease's) count against `budget` at `now` for `spender`."""
+    """What `spends` (one pool's) count against `budget` at `now` for `spender`."""
     start = window_start(budget, now)
     counted = [
         s
@@ -174,14 +213,16 @@ def spent_in(spends: Iterable[Spend], budget: Budget, *, now: datetime, spender:
 
 
 def spends_before(entries: Sequence[Entry], *, lease_id: str, seq: int) -> list[Spend]:
-    """Every spend on `lease_id` as the entries before `seq` leave them: what a journal held
-    when it checked a dispatch recorded at `seq`."""
+    """Every spend in `lease_id`'s pool as the entries before `seq` leave them: what a journal
+    held when it checked a dispatch recorded at `seq`."""
     by_effect: dict[str, list[Entry]] = {}
     for entry in entries:
         if entry.seq < seq and entry.effect_id:
             by_effect.setdefault(entry.effect_id, []).append(entry)
+    pools = lease_pools(e for e in entries if e.seq < seq and not e.effect_id)
+    pool = pools.get(lease_id, lease_id)
     spends = (spend_of(history) for history in by_effect.values())
-    return [s for s in spends if s is not None and s.lease_id == lease_id]
+    return [s for s in spends if s is not None and pools.get(s.lease_id, s.lease_id) == pool]
 
 
 @dataclass(frozen=True)
@@ -293,26 +334,41 @@ class _SpendingEffect:
         return position >= 0 and self.held_after[position][1]
 
 
-def budget_problems(entries: Iterable[Entry]) -> tuple[list[str], int]:
-    """Every budget statement in the log re-derived from the entries before it: the ones that
-    do not match, and how many were checked. `entries` must hold every entry of the log's
-    effects (an export holds them all), or the spends it lacks are not counted."""
+def budget_problems(
+    entries: Iterable[Entry],
+    *,
+    pools: Mapping[str, str] | None = None,
+    totals: Mapping[str, Total] | None = None,
+) -> tuple[list[str], int]:
+    """Every budget statement in the log re-derived from the entries before it, the spends of
+    each lease's pool counted together (`pools`: lease id to pool, a lease not named being its
+    own), and each spend within its pool's total, if `totals` names one: the problems, and how
+    many statements were checked. `entries` must hold every entry of the log's effects (an
+    export holds them all), or the spends it lacks are not counted."""
+    pools, totals = pools or {}, totals or {}
     histories: dict[str, list[Entry]] = {}
     for entry in entries:
         if entry.effect_id:
             histories.setdefault(entry.effect_id, []).append(entry)
-    by_lease: dict[str, list[_SpendingEffect]] = {}
+    by_pool: dict[str, list[_SpendingEffect]] = {}
     for history in histories.values():
         spending = _spending(history)
         if spending is not None:
-            by_lease.setdefault(spending.spend.lease_id, []).append(spending)
+            lease_id = spending.spend.lease_id
+            by_pool.setdefault(pools.get(lease_id, lease_id), []).append(spending)
     problems: list[str] = []
     checked = 0
-    for effects in by_lease.values():
+    for pool, effects in by_pool.items():
         effects.sort(key=lambda e: e.seq)
+        total = totals.get(pool)
         for position, effect in enumerate(effects):
             earlier = [e.spend for e in effects[:position] if e.holds_before(effect.seq)]
             checked += 1
+            beyond = total.refusal(_held(earlier), effect.spend.amount) if total else None
+            if beyond is not None:
+                problems.append(
+                    f"{effect.spend.effect_id}: entry {effect.seq} is beyond its pool: {beyond}"
+                )
             for stated in effect.statement.standings:
                 held = spent_in(
                     earlier, stated.budget, now=effect.spend.at, spender=effect.spend.spender
@@ -325,6 +381,10 @@ def budget_problems(entries: Iterable[Entry]) -> tuple[list[str], int]:
                         f" holds {held.amount} in {held.count}"
                     )
     return problems, checked
+
+
+def _held(spends: Sequence[Spend]) -> Spent:
+    return Spent(sum(s.amount for s in spends), len(spends))
 
 
 def _spending(history: Sequence[Entry]) -> _SpendingEffect | None:

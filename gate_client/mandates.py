@@ -23,7 +23,14 @@ The signer is whichever trusted key verifies the signature: a `kid` or `iss` in 
 nobody. A constraint this module cannot enforce through a lease is refused, as AP2 requires
 of unknown constraints, never dropped: a lease broader than its mandate would be worse than no
 mandate. `mandate_refusal` is the one rule the notary applies at grant and the offline
-verifier applies again to the LEASE_GRANTED entry that carries the mandate."""
+verifier applies again to the LEASE_GRANTED entry that carries the mandate.
+
+A mandate is spent in the ledger. It is named by its hash (`mandate_hash`): the SHA-256 of what
+its signer signed, the issuer JWT's protected header and payload, which fix every disclosure by
+its digest. Neither the signature (an ECDSA signature is not unique: anyone may turn one into
+another that verifies) nor the order or choice of disclosures is part of it, so a mandate
+re-encoded or re-disclosed is the same mandate. A one-payment or Checkout Mandate grants one
+lease (`regrant_refusal`); the leases of an open one share its totals (`MandateTerms.total`)."""
 
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from jwcrypto.jwk import JWK
 from jwcrypto.jws import JWS, InvalidJWSSignature
 from sd_jwt.verifier import SDJWTVerifier
 
-from gate_client.budgets import Budget, BudgetPer
+from gate_client.budgets import Budget, BudgetPer, Total
 from gate_client.leases import Lease
 from gate_client.money import AMOUNT_FIELDS, payload_money
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, parse_canonical
@@ -122,6 +129,7 @@ def trusted_key(jwk: Mapping[str, Any], *, role: str, holder: str) -> TrustedKey
 @dataclass(frozen=True)
 class Mandate:
     token: str  # the SD-JWT exactly as received: the signed form the ledger keeps
+    mandate_hash: str  # what names it, however it is encoded: see the module's docstring
     vct: str
     content: Mapping[str, Any]  # the mandate content, its disclosures resolved
     signer: TrustedKey
@@ -137,6 +145,7 @@ class Mandate:
             "format": MANDATE_FORMAT,
             "vct": self.vct,
             "token": self.token,
+            "mandate_hash": self.mandate_hash,
             "signer": self.signer.body(),
             **merchant,
         }
@@ -165,6 +174,18 @@ class MandateTerms:
         lifetime = math.ceil((self.expires_at - granted_at).total_seconds())
         return Budget(BudgetPer.TENANT, max(lifetime, 1), self.total_amount, self.total_count)
 
+    @property
+    def total(self) -> Total | None:
+        """What every lease granted from the mandate may spend together, ever."""
+        if self.total_amount is None and self.total_count is None:
+            return None
+        return Total(self.total_amount, self.total_count)
+
+    @property
+    def single_use(self) -> bool:
+        """A one-payment or Checkout Mandate: it grants one lease."""
+        return self.total_count == 1
+
 
 def verify_mandate(token: Any, keys: Iterable[TrustedKey], *, now: datetime) -> Mandate:
     """The mandate in `token`, verified against `keys` (users' for the mandate, merchants' for
@@ -186,11 +207,32 @@ def verify_mandate(token: Any, keys: Iterable[TrustedKey], *, now: datetime) -> 
     if expires is not None and now >= expires:
         raise MandateError("mandate_expired", f"the mandate expired at {format_timestamp(expires)}")
     vct = content["vct"]
+    named = mandate_hash(token)
     if vct == OPEN_PAYMENT:
         _check_open_payment(content, now)
-        return Mandate(token, vct, content, signer, None, expires, None)
+        return Mandate(token, named, vct, content, signer, None, expires, None)
     merchant, payload = _checkout(content, claims, [k for k in known if k.role == "merchant"])
-    return Mandate(token, vct, content, signer, merchant, expires, payload)
+    return Mandate(token, named, vct, content, signer, merchant, expires, payload)
+
+
+def mandate_hash(token: str) -> str:
+    """The mandate's name: SHA-256 (hex) of its issuer JWT's signing input, `header.payload`
+    as signed. Disclosures and the signature are left out: see the module's docstring."""
+    head, payload, _signature = token.split("~", 1)[0].split(".")
+    return hashlib.sha256(f"{head}.{payload}".encode("ascii")).hexdigest()
+
+
+def regrant_refusal(mandate: Mandate, granted: Sequence[str]) -> str | None:
+    """None if `mandate` may be granted again, the leases granted from it before being
+    `granted` (in ledger order); else why not. A one-payment or Checkout Mandate grants once:
+    a second lease would approve a payment its signer never did. An open mandate with totals
+    grants again, the new lease sharing them (`MandateTerms.total`)."""
+    if granted and mandate_terms(mandate).single_use:
+        return (
+            f"mandate {mandate.mandate_hash} approves one payment and was granted already, "
+            f"to {granted[0]}"
+        )
+    return None
 
 
 def mandate_terms(mandate: Mandate) -> MandateTerms:
@@ -286,6 +328,9 @@ def check_evidence(lease_body: Mapping[str, Any], *, granted_at: datetime) -> Ma
     mandate = verify_mandate(token, keys, now=granted_at)
     if mandate.vct != vct:
         raise MandateError("invalid_mandate", "the evidence names another mandate type")
+    named = evidence.get("mandate_hash", mandate.mandate_hash)  # older grants state none
+    if named != mandate.mandate_hash:
+        raise MandateError("invalid_mandate", "the evidence names the mandate by another hash")
     refusal = mandate_refusal(lease, mandate_terms(mandate), granted_at=granted_at)
     if refusal is not None:
         raise MandateError("beyond_mandate", refusal)

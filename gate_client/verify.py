@@ -20,8 +20,10 @@ verdicts:
   within its subtree, whose hash the header states and which, with the others, makes the
   signed root; in v1, by its C2SP tlog-proof against the checkpoint; in v3 an entry a receipt
   line cites by seq must have been carried by one of the CITE_WINDOW lines before), every
-  receipt's fields re-derive from its entries, and every budget statement (what a dispatch
-  under a budgeted lease says was spent before it) re-derives from the entries before it;
+  receipt's fields re-derive from its entries, every budget statement (what a dispatch
+  under a budgeted lease says was spent before it) re-derives from the entries before it, the
+  leases of one AP2 mandate counted together, and every mandate is spent in the ledger: a
+  one-payment or Checkout Mandate granted once, an open one's leases within its totals;
 - completeness: the export covers its stated seq range with every entry present exactly once,
   in order, up to a footer that counts what came before it, and every effect the filter
   selects (its state derived from its entries, wherever they are) has its receipt line; what
@@ -54,7 +56,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from gate_client.budgets import budget_problems
+from gate_client.budgets import Total, budget_problems
 from gate_client.export_format import (
     CITE_WINDOW,
     EXPORT_FORMAT,
@@ -62,7 +64,13 @@ from gate_client.export_format import (
     TLOG_PROOF_FORMAT,
     carried_envelope,
 )
-from gate_client.mandates import MandateError, check_evidence
+from gate_client.mandates import (
+    Mandate,
+    MandateError,
+    check_evidence,
+    mandate_terms,
+    regrant_refusal,
+)
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
 from gate_client.summary import Summary
@@ -384,6 +392,11 @@ class _Walk:
         # on: what its statement and the later ones are re-derived from.
         self.spending: dict[str, list[Entry]] = {}
         self.budgets = 0
+        # AP2 mandates: the leases granted from each (by mandate hash, in ledger order), each
+        # such lease's budget pool (its mandate's hash), and the totals of the open ones.
+        self.granted: dict[str, list[str]] = {}
+        self.pools: dict[str, str] = {}
+        self.totals: dict[str, Total] = {}
 
     def receipt(self, record: dict[str, Any], where: str) -> tuple[str, Entry]:
         """The receipt line checked: its final state and its effect's PROPOSED entry."""
@@ -515,7 +528,9 @@ class _Walk:
         for effect_id in sorted(self.loose):
             self._unreceipted(effect_id, self.loose[effect_id])
         problems, self.budgets = budget_problems(
-            entry for history in self.spending.values() for entry in history
+            (entry for history in self.spending.values() for entry in history),
+            pools=self.pools,
+            totals=self.totals,
         )
         if problems:
             raise Failure("integrity", "budget statements", problems[0])
@@ -616,7 +631,7 @@ class _Walk:
         if self.seen[entry.seq]:
             raise Failure("completeness", where, f"entry {entry.seq} appears twice")
         if entry.kind == EntryKind.LEASE_GRANTED:
-            _check_mandate(entry, where)
+            self._granted(entry, where)
         self.seen[entry.seq] = 1
         self.proved += 1
         if entry.effect_id in self.spending:
@@ -635,6 +650,24 @@ class _Walk:
         copy = self.copies.pop(entry.seq, None)
         if copy is not None and copy != entry.entry_hash:
             raise Failure("integrity", where, f"entry {entry.seq} differs from its copy")
+
+    def _granted(self, entry: Entry, where: str) -> None:
+        """A lease granted from an AP2 mandate spends it: once, for a one-payment or Checkout
+        Mandate; an open one's leases share its totals, named by the hash computed from the
+        token (not the one the entry states, which check_evidence compares with it)."""
+        mandate = _check_mandate(entry, where)
+        if mandate is None:
+            return
+        earlier = self.granted.setdefault(mandate.mandate_hash, [])
+        refusal = regrant_refusal(mandate, earlier)
+        if refusal is not None:
+            raise Failure("integrity", where, f"lease entry {entry.seq}: {refusal}")
+        lease_id = str(entry.body_value()["lease_id"])
+        earlier.append(lease_id)
+        self.pools[lease_id] = mandate.mandate_hash
+        total = mandate_terms(mandate).total
+        if total is not None:
+            self.totals[mandate.mandate_hash] = total
 
     def _copy(self, entry: Entry, where: str) -> None:
         self.copied += 1
@@ -667,12 +700,12 @@ def _leaf_of(item: Any, *, v1: bool) -> bytes:
     return text.encode("utf-8")
 
 
-def _check_mandate(entry: Entry, where: str) -> None:
+def _check_mandate(entry: Entry, where: str) -> Mandate | None:
     """A lease granted from an AP2 mandate: the mandate's signatures verify again, offline,
     with the keys the entry records, as at the grant, and the lease is within it. Whether those
     keys are the signers' is the auditor's to judge by their ids (RFC 7638 thumbprints)."""
     try:
-        check_evidence(entry.body_value(), granted_at=entry.created_at)
+        return check_evidence(entry.body_value(), granted_at=entry.created_at)
     except MandateError as exc:
         raise Failure(
             "integrity", where, f"lease entry {entry.seq}: its mandate: {exc.code}: {exc.detail}"

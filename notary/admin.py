@@ -602,12 +602,20 @@ class LeaseAdmin(LimitsInWords, ReadOnlyAdmin):
 
     @admin.display(description="mandate")
     def mandate(self, obj: Lease) -> str:
-        """Who signed the AP2 mandate the lease was granted from, and its constraints."""
+        """Who signed the AP2 mandate the lease was granted from, and its constraints; the
+        other leases granted from it, whose spends its budget counts too."""
         evidence = selectors.lease_mandate(lease=obj)
         if evidence is None:
             return "-"
-        lines = ((line,) for line in mandate_in_words(evidence))
-        return format_html_join(mark_safe("<br>"), "{}", lines)
+        words = mandate_in_words(evidence)
+        others = [
+            lease_id
+            for lease_id in selectors.budget_pool(tenant=obj.tenant, lease_id=obj.lease_id)
+            if lease_id != obj.lease_id
+        ]
+        if others:
+            words.append(f"also granted as {', '.join(others)}: one budget counts them all")
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in words))
 
     @admin.display(description="revoked", ordering="revoked_at")
     def revoked(self, obj: Lease) -> str:

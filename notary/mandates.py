@@ -1,6 +1,7 @@
 """Leases granted from AP2 mandates, and the keys whose mandates a tenant trusts. The protocol
-rules (verification, and what a mandate lets a lease approve) are gate_client.mandates'; this
-module stores the keys and writes the grant, with the mandate as received in LEASE_GRANTED."""
+rules (verification, what a mandate lets a lease approve, whether it may be granted again) are
+gate_client.mandates'; this module stores the keys and writes the grant, with the mandate as
+received in LEASE_GRANTED."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from gate_client.mandates import (
+    Mandate,
     MandateError,
     TrustedKey,
     mandate_terms,
+    regrant_refusal,
     trusted_key,
     verify_mandate,
 )
 from gate_client.money import AMOUNT_FIELDS
-from notary.errors import NotaryForbidden, NotaryInputError, NotaryNotFound
+from ledger.selectors import get_entry
+from ledger.services import lock_log
+from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
 from notary.identities import canonical_holder
 from notary.models import ApiKey, Lease, MandateKey, Tenant
 from notary.services import check_approver, lease_grant_named, lease_terms
@@ -81,7 +86,11 @@ def lease_grant_from_mandate(
     budget of every agent key together over the lease's life; a closed Checkout Mandate's
     checkout approves exactly its payload, once. The approver names the action, the cases
     and the agent; the lease ends at the mandate's end, or earlier at `expires_at`. The
-    mandate, as received, goes into LEASE_GRANTED with the keys that verified it."""
+    mandate, as received, goes into LEASE_GRANTED with the keys that verified it and its hash.
+
+    A mandate is spent in the ledger: a one-payment or Checkout Mandate granted before is
+    refused NotaryConflict mandate_spent; a later lease of an open one shares the earlier
+    leases' budget pool, its window reaching back to the first grant."""
     check_approver(tenant=tenant, approver=approver)
     if amount_field not in AMOUNT_FIELDS:
         raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
@@ -95,7 +104,8 @@ def lease_grant_from_mandate(
     if not ends:
         raise NotaryInputError("the mandate states no end: give the lease an expires_at")
     bound = replace(bound, expires_at=min(ends))
-    budget = bound.budget(granted_at=now)
+    first_granted = _first_grant(tenant=tenant, mandate=verified)
+    budget = bound.budget(granted_at=first_granted or now)
     terms = lease_terms(
         case_id=case_id,
         action=action,
@@ -113,7 +123,28 @@ def lease_grant_from_mandate(
         terms=terms,
         requested_by=requested_by,
         provenance={"mandate": verified.evidence()},
+        mandate_hash=verified.mandate_hash,
+        mandate_once=bound.single_use,
     )
+
+
+def _first_grant(*, tenant: Tenant, mandate: Mandate) -> datetime | None:
+    """When the mandate was first granted, if it was and may be granted again; else
+    NotaryConflict mandate_spent. Decided under the log lock, held by the grant's transaction
+    until its LEASE_GRANTED is in, so two grants of one mandate at once cannot both find none
+    before them (Lease.mandate_once's unique constraint is the second line)."""
+    lock_log(log=tenant.log)
+    earlier = list(
+        Lease.objects.filter(tenant=tenant, mandate_hash=mandate.mandate_hash)
+        .order_by("granted_seq")
+        .values_list("lease_id", "granted_seq")
+    )
+    refusal = regrant_refusal(mandate, [lease_id for lease_id, _ in earlier])
+    if refusal is not None:
+        raise NotaryConflict("mandate_spent", refusal, lease_id=earlier[0][0])
+    if not earlier:
+        return None
+    return get_entry(log=tenant.log, seq=earlier[0][1]).created_at
 
 
 def _refusal(exc: MandateError) -> Exception:

@@ -195,10 +195,30 @@ class Lease(models.Model):
     revoked_by = models.CharField(max_length=200, blank=True)
     revoked_seq = models.BigIntegerField(null=True, blank=True)
     revoked_reason = models.TextField(blank=True)  # as the LEASE_REVOKED entry records it
+    # Granted from an AP2 mandate: its hash (gate_client.mandates.mandate_hash), the budget
+    # pool the leases of one mandate share; "": none. `mandate_once`: a one-payment or
+    # Checkout Mandate, which grants one lease.
+    mandate_hash = models.CharField(max_length=64, blank=True)
+    mandate_once = models.BooleanField(default=False)
 
     class Meta:
         permissions = [("revoke_lease", "Can revoke a lease (writes LEASE_REVOKED)")]
-        constraints = [_one_case_scope("lease_one_case_scope")]
+        constraints = [
+            _one_case_scope("lease_one_case_scope"),
+            # The grant refuses a second lease under the log lock; this is the second line.
+            models.UniqueConstraint(
+                fields=["tenant", "mandate_hash"],
+                condition=models.Q(mandate_once=True),
+                name="lease_mandate_once",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["tenant", "mandate_hash"],
+                name="lease_mandate",
+                condition=models.Q(mandate_hash__gt=""),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.action} on {self.cases}"

@@ -554,16 +554,25 @@ def lease_grant_named(
     terms: LeaseTermsChecked,
     requested_by: str,
     provenance: Mapping[str, Any] | None = None,
+    mandate_hash: str = "",
+    mandate_once: bool = False,
 ) -> Lease:
     """Grant checked `terms` (lease_terms) to the holder `requested_by` names, with what the
-    grant rests on (`provenance`, e.g. an AP2 mandate) in LEASE_GRANTED: the one grant of
-    named terms, whichever way the terms were made."""
+    grant rests on (`provenance`, e.g. an AP2 mandate, named by `mandate_hash`, granted only
+    once if `mandate_once`) in LEASE_GRANTED: the one grant of named terms, whichever way the
+    terms were made."""
     named = canonical_holder(requested_by)
     if same_holder(named, approver.holder):
         raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
     requester = _requesting_holder(tenant=tenant, named=named)
     return _grant(
-        tenant=tenant, approver=approver, terms=terms, requester=requester, provenance=provenance
+        tenant=tenant,
+        approver=approver,
+        terms=terms,
+        requester=requester,
+        provenance=provenance,
+        mandate_hash=mandate_hash,
+        mandate_once=mandate_once,
     )
 
 
@@ -593,6 +602,8 @@ def _grant(
     terms: LeaseTermsChecked,
     requester: str,
     provenance: Mapping[str, Any] | None = None,
+    mandate_hash: str = "",
+    mandate_once: bool = False,
 ) -> Lease:
     if same_holder(requester, approver.holder):
         raise NotaryInputError(f"{approver.holder} requested this and cannot also approve it")
@@ -630,6 +641,8 @@ def _grant(
         requested_by=requester,
         granted_by=approver.holder,
         granted_seq=entry.seq,
+        mandate_hash=mandate_hash,
+        mandate_once=mandate_once,
     )
 
 

@@ -97,3 +97,20 @@ def checkout_mandate(
     if expires_at is not None:
         content["exp"] = int(expires_at.timestamp())
     return sd_jwt(key, content)
+
+
+# The order of P-256's group: an ECDSA signature (r, s) verifies as (r, n - s) too.
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def respelled(token: str) -> str:
+    """The same mandate spelled otherwise, as anyone holding it can without any key: its issuer
+    JWT with the other ECDSA signature that verifies, (r, n - s), and its disclosures in
+    reverse order."""
+    jwt, *disclosures = token.split("~")[:-1]
+    head, payload, signature = jwt.split(".")
+    raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+    s = int.from_bytes(raw[32:], "big")
+    other = raw[:32] + (_P256_ORDER - s).to_bytes(32, "big")
+    flipped = base64.urlsafe_b64encode(other).rstrip(b"=").decode()
+    return "".join(f"{part}~" for part in [f"{head}.{payload}.{flipped}", *disclosures[::-1]])

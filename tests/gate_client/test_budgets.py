@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gate_client.budgets import Budget, BudgetPer, budget_problem, budget_problems, parse_budgets
+from gate_client.budgets import (
+    Budget,
+    BudgetPer,
+    Total,
+    budget_problem,
+    budget_problems,
+    parse_budgets,
+    spends_before,
+)
 from gate_client.gate import Gate
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
@@ -232,3 +240,85 @@ def test_unreadable_budgets_are_refused(items: object) -> None:
 def test_lease_bodies_with_budgets_round_trip_and_without_keep_their_old_body() -> None:
     assert Lease.from_body(LEASE.body()) == LEASE
     assert "budgets" not in replace(LEASE, budgets=()).body()
+
+
+def test_the_leases_of_one_mandate_spend_from_one_pool(
+    journal: LocalJournal, target: ServiceTarget, clock: Clock
+) -> None:
+    """Two leases, each with its own $100.00 an hour, counted apart by this journal: $50.00
+    under each, two hours apart. As one mandate's, their statements are re-derived from the
+    pool's spends, and the pool's total ($80.00) bounds them together, whenever spent."""
+    other = replace(LEASE, lease_id="lease_other")
+    journal.grant_lease(other)
+    submit(journal, target, clock, "c1", 5000)
+    clock.now += timedelta(hours=2)
+    gate = Gate(journal, {"payments": target}, clock=clock)
+    proposal = Proposal(
+        "c2",
+        "payments",
+        "refund",
+        {"amount_cents": 5000, "currency": "USD"},
+        other.lease_id,
+        case_class="refunds-queue",
+    )
+    assert gate.submit(proposal).final_state == "COMMITTED"
+    entries = journal.entries()
+    pools = {LEASE.lease_id: "mandate", other.lease_id: "mandate"}
+    assert budget_problems(entries) == ([], 2)
+    assert budget_problems(entries, pools=pools) == ([], 2)  # the windows do not meet
+    problems, _ = budget_problems(entries, pools=pools, totals={"mandate": Total(8000, None)})
+    assert problems == [
+        f"{proposal.effect_id}: entry {entries[-2].seq} is beyond its pool: the mandate allows "
+        "8000 in all; 5000 is held and this is 5000"
+    ]
+    assert [s.lease_id for s in spends_before(entries, lease_id=other.lease_id, seq=99)] == [
+        other.lease_id
+    ]
+    granted = lease_entries_of_one_mandate(entries)
+    assert sorted(s.lease_id for s in spends_before(granted, lease_id=other.lease_id, seq=99)) == [
+        other.lease_id,
+        LEASE.lease_id,
+    ]
+
+
+def test_a_pool_s_statements_count_every_lease_s_spends(
+    journal: LocalJournal, target: ServiceTarget, clock: Clock
+) -> None:
+    other = replace(LEASE, lease_id="lease_other")
+    journal.grant_lease(other)
+    submit(journal, target, clock, "c1", 5000)
+    gate = Gate(journal, {"payments": target}, clock=clock)
+    gate.submit(
+        Proposal(
+            "c2",
+            "payments",
+            "refund",
+            {"amount_cents": 5000, "currency": "USD"},
+            other.lease_id,
+            case_class="refunds-queue",
+        )
+    )
+    problems, _ = budget_problems(
+        journal.entries(), pools={LEASE.lease_id: "mandate", other.lease_id: "mandate"}
+    )
+    assert len(problems) == 1 and "states 0 spent in 0 effects" in problems[0]
+
+
+def lease_entries_of_one_mandate(entries: list[Entry]) -> list[Entry]:
+    """The journal with every LEASE_GRANTED naming one mandate, re-sealed."""
+    forged: list[Entry] = []
+    for entry in entries:
+        if entry.kind == EntryKind.LEASE_GRANTED:
+            body = {**entry.body_value(), "mandate": {"mandate_hash": "ab" * 32}}
+            entry = replace(entry, body=canonical_json(body))
+        forged.append(
+            seal_entry(
+                seq=entry.seq,
+                kind=entry.kind,
+                effect_id=entry.effect_id,
+                body=entry.body,
+                created_at=entry.created_at,
+                prev_hash=forged[-1].entry_hash if forged else entry.prev_hash,
+            )
+        )
+    return forged

@@ -14,7 +14,7 @@ import pytest
 from jwcrypto.jwk import JWK
 from jwcrypto.jws import JWS
 
-from gate_client.budgets import Budget, BudgetPer
+from gate_client.budgets import Budget, BudgetPer, Total
 from gate_client.leases import Lease, LeaseState, lease_refusal
 from gate_client.mandates import (
     CHECKOUT,
@@ -22,8 +22,10 @@ from gate_client.mandates import (
     MandateError,
     TrustedKey,
     check_evidence,
+    mandate_hash,
     mandate_in_words,
     mandate_terms,
+    regrant_refusal,
     trusted_key,
     verify_mandate,
 )
@@ -36,6 +38,7 @@ from testkit.mandates import (
     new_key,
     open_payment_mandate,
     public_jwk,
+    respelled,
     sd_jwt,
 )
 
@@ -428,3 +431,55 @@ def test_the_mandate_in_words(user: JWK, merchant: JWK, keys: list[TrustedKey]) 
     assert mandate_in_words(cart.evidence())[1] == (
         f"checkout signed by Acme Shop (merchant key {keys[1].key_id})"
     )
+
+
+def test_a_mandate_is_named_by_what_its_signer_signed_however_it_is_spelled(
+    user: JWK, merchant: JWK, keys: list[TrustedKey]
+) -> None:
+    """Another valid signature and the disclosures in another order are the same mandate; the
+    same content signed again (a new salt, a new signature) is another."""
+    checkout = checkout_mandate(user, checkout_jwt(merchant, REFUND), expires_at=END)
+    one = open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000)])
+    for token in (checkout, one):
+        first, again = (verify_mandate(t, keys, now=NOW) for t in (token, respelled(token)))
+        assert again.token != first.token
+        assert again.mandate_hash == first.mandate_hash == mandate_hash(token)
+        assert again.evidence()["mandate_hash"] == first.mandate_hash
+    signed_again = checkout_mandate(user, checkout_jwt(merchant, REFUND), expires_at=END)
+    assert mandate_hash(signed_again) != mandate_hash(checkout)
+
+
+def test_a_one_payment_or_checkout_mandate_grants_once_an_open_one_again(
+    user: JWK, merchant: JWK, keys: list[TrustedKey]
+) -> None:
+    def mandate(token: str) -> Any:
+        return verify_mandate(token, keys, now=NOW)
+
+    checkout = mandate(checkout_mandate(user, checkout_jwt(merchant, REFUND), expires_at=END))
+    one = mandate(open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000)]))
+    once = {**ON_DEMAND, "max_occurrences": 1}
+    one_use = mandate(
+        open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000), once])
+    )
+    recurring = mandate(
+        open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000), ON_DEMAND])
+    )
+    for single in (checkout, one, one_use):
+        assert regrant_refusal(single, []) is None
+        refusal = regrant_refusal(single, ["lease_1", "lease_2"])
+        assert refusal is not None and refusal.endswith("was granted already, to lease_1")
+    assert regrant_refusal(recurring, ["lease_1"]) is None
+    assert mandate_terms(recurring).total == Total(None, 100)
+
+
+def test_evidence_naming_its_mandate_by_another_hash_does_not_verify(
+    user: JWK, keys: list[TrustedKey]
+) -> None:
+    token = open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000)])
+    evidence = verify_mandate(token, keys, now=NOW).evidence()
+    within = {"limits": {"amount": 5000}, "currency": "USD"}
+    older = {k: v for k, v in evidence.items() if k != "mandate_hash"}  # granted before hashes
+    assert check_evidence(lease_body(within, older), granted_at=NOW) is not None
+    other = {**evidence, "mandate_hash": "0" * 64}
+    with pytest.raises(MandateError, match="by another hash"):
+        check_evidence(lease_body(within, other), granted_at=NOW)

@@ -3,17 +3,24 @@ standing lease that covers a refund within it and refuses one over it; a closed 
 Mandate a lease for exactly its checkout's payload. A mandate that does not verify, is expired,
 is signed by a key the tenant does not trust (another tenant's too), is garbage, or asks for
 more than the grant policy allows is a 4xx and writes nothing. The mandate, as received, is in
-LEASE_GRANTED, on the receipt and the admin's lease page, and the export verifies it offline."""
+LEASE_GRANTED, on the receipt and the admin's lease page, and the export verifies it offline.
+A mandate is spent in the ledger: a one-payment or Checkout Mandate grants one lease however
+it is spelled, an open one's budget spans its leases, and an export in which a mandate was
+spent twice fails the offline verifier."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.test import Client
@@ -21,7 +28,7 @@ from django.utils import timezone
 from jwcrypto.jwk import JWK
 
 from gate_client.leases import Lease as LeaseTerms
-from gate_client.mandates import check_evidence
+from gate_client.mandates import check_evidence, mandate_hash
 from gate_client.proposal import Proposal
 from gate_client.verify import Failure, verify_export
 from ledger import services as ledger_services
@@ -34,7 +41,7 @@ from notary import selectors, services
 from notary.errors import NotaryConflict
 from notary.exports import export_receipts
 from notary.groups import FINANCE_REVIEWERS
-from notary.models import Lease, MandateKey, Tenant
+from notary.models import ApiKey, Lease, MandateKey, Tenant
 from testkit.factories import client_for, register
 from testkit.mandates import (
     amount_range,
@@ -43,6 +50,7 @@ from testkit.mandates import (
     new_key,
     open_payment_mandate,
     public_jwk,
+    respelled,
 )
 
 pytestmark = pytest.mark.django_db
@@ -350,3 +358,157 @@ def test_a_recorded_mandate_that_does_not_verify_fails_the_export(
         verify_export(lines, [log_verifier(acme.log.origin, signer)])
     assert failed.value.verdict == "integrity"
     assert "its mandate: beyond_mandate" in failed.value.detail
+
+
+def dispatched(tenant: Tenant) -> int:
+    """The payments made: DISPATCHED entries, each a request the target acts on."""
+    return LedgerEntry.objects.filter(log=tenant.log, kind=EntryKind.DISPATCHED).count()
+
+
+def test_a_one_payment_mandate_grants_one_lease_however_it_is_spelled(
+    acme: Tenant, approver: Any, user: JWK
+) -> None:
+    """Granted three times, it made three leases and three payments: one of each now."""
+    token = intent(user, totals=[])
+    answers = [grant(approver, t) for t in (token, respelled(token), token)]
+    assert [a.status_code for a in answers] == [201, 409, 409], [a.json() for a in answers]
+    lease_id = answers[0].json()["lease_id"]
+    for refused in answers[1:]:
+        assert refused.json()["error"] == "mandate_spent"
+        assert refused.json()["lease_id"] == lease_id
+    assert list(Lease.objects.filter(tenant=acme).values_list("lease_id", flat=True)) == [lease_id]
+    dispatch(acme, lease_id, "case-1", REFUND)
+    with pytest.raises(NotaryConflict):
+        dispatch(acme, lease_id, "case-2", REFUND)
+    assert dispatched(acme) == 1
+
+
+def test_a_checkout_mandate_grants_one_lease_whatever_cases_the_second_names(
+    acme: Tenant, approver: Any, user: JWK, merchant: JWK
+) -> None:
+    """Granted twice, for two cases, it paid the one cart twice: once now."""
+    token = checkout_mandate(user, checkout_jwt(merchant, REFUND), expires_at=week())
+    first = grant(approver, token, case_id="case-1")
+    second = grant(approver, respelled(token), case_id="case-2")
+    assert first.status_code == 201, first.json()
+    assert (second.status_code, second.json()["error"]) == (409, "mandate_spent")
+    dispatch(acme, first.json()["lease_id"], "case-1", REFUND)
+    assert Lease.objects.filter(tenant=acme).count() == 1
+    assert dispatched(acme) == 1
+
+
+def test_an_open_mandate_s_budget_spans_its_leases(
+    acme: Tenant, approver: Any, user: JWK, signer: Signer
+) -> None:
+    sixty = [STANDING[0], {"type": "payment.budget", "max": 60, "currency": "USD"}]
+    token = intent(user, totals=sixty)
+    first = grant(approver, token).json()
+    second = grant(approver, respelled(token), case_pattern="RF-*").json()
+    assert first["lease_id"] != second["lease_id"]
+    dispatch(acme, first["lease_id"], "case-1", {**REFUND, "amount": 3000})
+    dispatch(acme, second["lease_id"], "RF-2", {**REFUND, "amount": 3000})  # $60.00 in all
+    for lease_id, case_id in ((second["lease_id"], "RF-3"), (first["lease_id"], "case-3")):
+        with pytest.raises(NotaryConflict) as over:
+            dispatch(acme, lease_id, case_id, {**REFUND, "amount": 1})
+        assert over.value.extra["reason"] == "lease_budget"
+    ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+    lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
+    report = verify_export(lines, [log_verifier(acme.log.origin, signer)])
+    assert (report.receipts, report.budgets) == (4, 2)  # the two spends re-derive, pooled
+    reviewer = User.objects.create_user("fiona", password="pw", is_staff=True)
+    reviewer.groups.add(Group.objects.get(name=FINANCE_REVIEWERS))
+    browser = Client()
+    browser.force_login(reviewer)
+    pk = Lease.objects.get(lease_id=second["lease_id"]).pk
+    page = browser.get(f"/admin/notary/lease/{pk}/change/").content.decode()
+    assert f"also granted as {first['lease_id']}: one budget counts them all" in page
+    assert "$60.00 in 2 effects" in page
+
+
+def granted_again(tenant: Tenant, approver_holder: str, lease_id: str) -> Lease:
+    """A second lease from the mandate of `lease_id`, with its terms, written as a notary that
+    does not spend mandates wrote it: LEASE_GRANTED with the same mandate, its own pool."""
+    approver = ApiKey.objects.get(tenant=tenant, holder=approver_holder)
+    body = get_entry(log=tenant.log, seq=Lease.objects.get(lease_id=lease_id).granted_seq)
+    terms = LeaseTerms.from_body(body.body_value())
+    mandate = {k: v for k, v in body.body_value()["mandate"].items() if k != "mandate_hash"}
+    checked = services.lease_terms(
+        case_id=terms.case_id,
+        action=terms.action,
+        expires_at=terms.expires_at,
+        limits=terms.limits,
+        payload_hash=terms.payload_hash,
+        currency=terms.currency,
+        case_class=terms.case_class,
+        case_pattern=terms.case_pattern,
+        budgets=[b.body() for b in terms.budgets],
+    )
+    return services.lease_grant_named(
+        tenant=tenant,
+        approver=approver,
+        terms=checked,
+        requested_by="refund-bot",
+        provenance={"mandate": mandate},
+    )
+
+
+def verified_by_cli(
+    tenant: Tenant, signer: Signer, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "receipts.jsonl"
+    call_command(
+        "export_receipts", tenant=tenant.slug, out=out, no_progress=True, stdout=io.StringIO()
+    )
+    vkey = log_verifier(tenant.log.origin, signer).vkey
+    return subprocess.run(
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_a_one_payment_mandate_granted_twice_fails_the_verifier(
+    acme: Tenant, approver: Any, user: JWK, signer: Signer, tmp_path: Path
+) -> None:
+    lease_id = grant(approver, intent(user, totals=[])).json()["lease_id"]
+    dispatch(acme, lease_id, "case-1", REFUND)
+    assert verified_by_cli(acme, signer, tmp_path).returncode == 0
+    again = granted_again(acme, "maria@acme.example", lease_id)
+    dispatch(acme, again.lease_id, "case-2", REFUND)  # the payment no one approved
+    refused = verified_by_cli(acme, signer, tmp_path)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "integrity: FAIL" in refused.stdout
+    assert f"approves one payment and was granted already, to {lease_id}" in refused.stdout
+
+
+def test_an_open_mandate_spent_past_its_budget_over_two_leases_fails_the_verifier(
+    acme: Tenant, approver: Any, user: JWK, signer: Signer
+) -> None:
+    sixty = [STANDING[0], {"type": "payment.budget", "max": 60, "currency": "USD"}]
+    lease_id = grant(approver, intent(user, totals=sixty)).json()["lease_id"]
+    dispatch(acme, lease_id, "case-1", {**REFUND, "amount": 3000})
+    again = granted_again(acme, "maria@acme.example", lease_id)
+    dispatch(acme, again.lease_id, "case-2", {**REFUND, "amount": 3000})
+    dispatch(acme, again.lease_id, "case-3", {**REFUND, "amount": 3000})  # $90.00 of $60.00
+    ledger_services.sign_checkpoint(log=acme.log, signer=signer)
+    lines = [line.rstrip("\n").encode() for line in export_receipts(tenant=acme)]
+    with pytest.raises(Failure) as failed:
+        verify_export(lines, [log_verifier(acme.log.origin, signer)])
+    assert (failed.value.verdict, failed.value.where) == ("integrity", "budget statements")
+
+
+def test_a_mandate_granted_before_leases_named_it_is_named_and_spent(
+    acme: Tenant, approver: Any, user: JWK
+) -> None:
+    """The migration names the mandate of every lease granted before Lease.mandate_hash, from
+    its LEASE_GRANTED entry, so it is not granted again."""
+    token = intent(user, totals=[])
+    granted = grant(approver, token).json()
+    grant(approver, intent(user))  # another mandate's lease, named as well
+    Lease.objects.update(mandate_hash="", mandate_once=False)  # as before the migration
+    migration = importlib.import_module("notary.migrations.0021_lease_mandate")
+    migration.name_granted_mandates(django_apps, None)
+    assert Lease.objects.get(lease_id=granted["lease_id"]).mandate_hash == mandate_hash(token)
+    assert Lease.objects.filter(mandate_hash="").count() == 0
+    again = grant(approver, respelled(token))
+    assert (again.status_code, again.json()["lease_id"]) == (409, granted["lease_id"])
