@@ -29,6 +29,7 @@ from gate_client.protocol import (
     CheckAgain,
     Dispatch,
     Facts,
+    Held,
     Recheck,
     Record,
     Settled,
@@ -202,7 +203,8 @@ class Gate:
                 recovering=recovering,
             )
             step = decide(facts)
-            if isinstance(step, Settled):
+            if isinstance(step, Settled | Held):
+                # Held: evidence says it was done, at odds with the record; a person decides.
                 return self.receipt(effect_id)
             if isinstance(step, Ask):
                 answer = self._ask(effect_id, proposed, target, step)

@@ -149,7 +149,9 @@ def _contradiction(case: _Case, contradiction: Mapping[str, Any]) -> str:
     if kind == "duplicate_at_target":
         return f"{cited} reports another result: {case.target} acted more than once"
     if kind == "happened_never_dispatched":
-        return f"{cited} says it was performed, though it was never sent"
+        return f"{cited} says it was performed before it was ever sent, so it is held and not sent"
+    if kind == "performed_unacknowledged":
+        return f"{cited} says it was performed, though no request for it was acknowledged"
     return f"{cited} says it was performed"
 
 
