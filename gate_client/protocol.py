@@ -56,6 +56,7 @@ REFUSAL_REASONS = frozenset(
         "lease_scope",
         "lease_budget",
         "stale_premise",
+        "premise_unreadable",
     }
 )
 AT_RECOVERY = "_at_recovery"
@@ -1018,6 +1019,41 @@ def commit_body(
     state: State, attempt: int, result_ref: str, recheck: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     return {"state": str(state), "attempt": attempt, "result_ref": result_ref, "recheck": recheck}
+
+
+def premise_failure(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The failure a dispatch on these premises, as evaluated, is refused with; None if all
+    hold. One found false is `stale_premise`: the world is not as the decision assumed. One that
+    could not be read at all (its check raised: a 403 from the read key, a timeout) claims
+    nothing about the world, so when none is found false the refusal is `premise_unreadable`,
+    naming each premise that could not be read and why."""
+    failed = [r for r in results if not r["holds"]]
+    if not failed:
+        return None
+    premises = [dict(r) for r in results]
+    names = [r["name"] for r in failed]
+    unreadable = {r["name"]: why for r in failed if (why := unreadable_premise(r)) is not None}
+    if len(unreadable) < len(failed):
+        return {"reason": "stale_premise", "failed": names, "premises": premises}
+    return {
+        "reason": "premise_unreadable",
+        "failed": names,
+        "unreadable": unreadable,
+        "premises": premises,
+    }
+
+
+def unreadable_premise(result: Mapping[str, Any]) -> str | None:
+    """Why a premise, as evaluated, could not be read (gate_client.proposal.Premise.evaluate
+    records a check that raised as `observed: {"error": why}`); None: it was read."""
+    observed = result.get("observed")
+    if (
+        result.get("holds") is False
+        and isinstance(observed, Mapping)
+        and set(observed) == {"error"}
+    ):
+        return str(observed["error"])
+    return None
 
 
 def refusal(failure: Mapping[str, Any], *, at_recovery: bool) -> Record:

@@ -21,6 +21,7 @@ _REFUSALS = {
     "lease_scope": "the approval did not cover it",
     "lease_budget": "the approval's budget had no room left for it",
     "stale_premise": "what it relied on was no longer true",
+    "premise_unreadable": "what it relied on could not be checked",
     "payload_changed": "it was decided again differently, and only the first decision counts",
 }
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gate_client.holds import HoldScope, hold_for
-from gate_client.proposal import Proposal
+from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.protocol import (
     Dispatch,
     Facts,
@@ -30,6 +30,7 @@ from gate_client.protocol import (
     counted_evidence,
     decide,
     evidence_answer,
+    premise_failure,
     settle_on_evidence,
     standing,
 )
@@ -301,6 +302,32 @@ def test_a_write_ahead_services_word_counts_only_after_an_acknowledged_intent(
 ) -> None:
     reason = attestation_refusal(history(*items), declared)
     assert (reason is None) if refused is None else (reason is not None and refused in reason)
+
+
+# --- premises that could not be read --------------------------------------------------------------
+
+
+def premise(name: str, holds: bool | None) -> dict[str, Any]:
+    """Evaluated as the gate evaluates it: None is a check that raised."""
+
+    def check() -> PremiseResult:
+        if holds is None:
+            raise PermissionError("403 Forbidden: this key may not read refunds")
+        return PremiseResult(holds, {"status": "paid" if holds else "refunded"})
+
+    return Premise(name, check).evaluate()
+
+
+def test_a_premise_that_could_not_be_read_is_not_a_stale_one() -> None:
+    assert premise_failure([premise("a", True)]) is None
+    unreadable = premise_failure([premise("a", None), premise("b", True)])
+    assert unreadable is not None and unreadable["reason"] == "premise_unreadable"
+    assert unreadable["failed"] == ["a"] and "403" in unreadable["unreadable"]["a"]
+    stale = premise_failure([premise("a", None), premise("b", False)])
+    assert stale is not None and stale["reason"] == "stale_premise"  # one is known false
+    assert stale["failed"] == ["a", "b"]
+    looks_like = {"name": "c", "holds": True, "observed": {"error": "none"}}
+    assert premise_failure([looks_like]) is None
 
 
 # --- properties over drawn histories ------------------------------------------------------------
