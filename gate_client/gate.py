@@ -29,6 +29,7 @@ from gate_client.protocol import (
     CheckAgain,
     Dispatch,
     Facts,
+    Held,
     Recheck,
     Record,
     Settled,
@@ -37,6 +38,7 @@ from gate_client.protocol import (
     decide,
     last_attempt,
     late_request,
+    premise_failure,
     refusal,
     sent_body,
     standing,
@@ -202,7 +204,8 @@ class Gate:
                 recovering=recovering,
             )
             step = decide(facts)
-            if isinstance(step, Settled):
+            if isinstance(step, Settled | Held):
+                # Held: evidence says it was done, at odds with the record; a person decides.
                 return self.receipt(effect_id)
             if isinstance(step, Ask):
                 answer = self._ask(effect_id, proposed, target, step)
@@ -259,7 +262,7 @@ class Gate:
         refusal there comes back as this step's failure."""
         checked = self.premises_for(proposed) if premises is None else premises
         results = [p.evaluate() for p in checked]
-        return Recheck(_failed_premises(results), results)
+        return Recheck(premise_failure(results), results)
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -312,14 +315,6 @@ class Gate:
         except KeyError:
             known = ", ".join(self.targets)
             raise KeyError(f"no target named {name!r}; known: {known}") from None
-
-
-def _failed_premises(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The failure a dispatch on these premises would be refused with; None if all hold."""
-    failed = [r["name"] for r in results if not r["holds"]]
-    if not failed:
-        return None
-    return {"reason": "stale_premise", "failed": failed, "premises": [dict(r) for r in results]}
 
 
 def _proposed_entry(history: Sequence[Entry]) -> Entry | None:

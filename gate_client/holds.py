@@ -10,6 +10,11 @@ per holder and wait, so an agent submitting in a loop does not grow the ledger. 
 says HELD until a submission after the resolution dispatches it. Only a new effect is held
 (attempt 1): a resend in recovery of an effect already dispatched finishes what was started.
 
+An effect also holds itself, at any attempt, when evidence says it was performed at odds with
+its record (protocol.evidence_hold: before it was ever dispatched, or by a write-ahead service
+with no acknowledged request): sending it could do it twice. Only a person's RESOLVED, which
+settles the effect, releases that hold.
+
 The one rule both the notary (under the log lock, in the transaction that would write
 DISPATCHED) and the local journal apply. Plain Python: no Django, no I/O."""
 
@@ -20,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gate_client.protocol import queued_by, standing
+from gate_client.protocol import evidence_hold, queued_by, standing
 from ledger.core.entries import Entry, EntryKind
 
 
@@ -58,24 +63,34 @@ def scope_fields(scope: HoldScope, proposed: Mapping[str, Any]) -> dict[str, str
 @dataclass(frozen=True)
 class Hold:
     """`held_by` waits for a person since its entry `since_seq` (its AMBIGUOUS verdict, or the
-    first evidence contradicting its verdict), and holds a new effect by `scope`."""
+    first evidence contradicting its verdict), and holds a new effect by `scope`; or, with
+    `on_evidence`, `held_by` is the effect itself, held by its own evidence at `since_seq`."""
 
     held_by: str
     since_seq: int
     scope: HoldScope
     contradicted: bool
+    on_evidence: bool = False
 
     def body(self) -> dict[str, Any]:
         """The HELD entry's body."""
+        holder = "contradicted" if self.contradicted else "AMBIGUOUS"
         return {
             "held_by": self.held_by,
             "since_seq": self.since_seq,
             "scope": str(self.scope),
-            "holder": "contradicted" if self.contradicted else "AMBIGUOUS",
+            "holder": "evidence" if self.on_evidence else holder,
         }
 
     @property
     def detail(self) -> str:
+        if self.on_evidence:
+            return (
+                f"held: evidence (ledger entry {self.since_seq}) says {self.held_by} was "
+                "performed, at odds with its record (before it was dispatched, or with no request "
+                "acknowledged); sending it could do it twice, so nothing is dispatched until a "
+                "person decides whether it happened"
+            )
         where = "on the same target" if self.scope is HoldScope.CASE_TARGET else "on any target"
         waits = "is contradicted" if self.contradicted else "is AMBIGUOUS"
         return (
@@ -91,12 +106,18 @@ def hold_for(
     effect_id: str,
     proposed: Mapping[str, Any],
     attempt: int,
+    history: Sequence[Entry],
     candidates: Iterable[Sequence[Entry]],
 ) -> Hold | None:
-    """The hold on attempt `attempt` of `effect_id`, proposed as `proposed`, by the first of
-    `candidates` (other effects' entries, of the same tenant, oldest first) that shares
-    `scope_fields` with it and waits for a person; None: it may be dispatched. Only a new
-    effect is held: a re-dispatch of one dispatched before is recovery, never held."""
+    """The hold on attempt `attempt` of `effect_id`, proposed as `proposed`, with entries
+    `history`: by its own evidence at odds with its record (protocol.evidence_hold: any attempt,
+    under any scope), else by the first of `candidates` (other effects' entries, of the same
+    tenant, oldest first) that shares `scope_fields` with it and waits for a person; None: it
+    may be dispatched. Only a new effect is held by another: a re-dispatch of one dispatched
+    before is recovery, which finishes what was started."""
+    evidence = evidence_hold(history)
+    if evidence is not None:
+        return Hold(effect_id, evidence.seq, scope, contradicted=True, on_evidence=True)
     wanted = scope_fields(scope, proposed)
     if wanted is None or attempt != 1:
         return None

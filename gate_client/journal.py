@@ -389,6 +389,7 @@ class LocalJournal:
             effect_id=request.effect_id,
             proposed=proposed.body_value(),
             attempt=request.attempt,
+            history=history,
             candidates=holds.histories(self._entries),
         )
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gate_client.targets import Found, NotFound, Target, Tier, Unknown
 from ledger.core.entries import Entry, EntryKind
@@ -56,6 +56,7 @@ REFUSAL_REASONS = frozenset(
         "lease_scope",
         "lease_budget",
         "stale_premise",
+        "premise_unreadable",
     }
 )
 AT_RECOVERY = "_at_recovery"
@@ -153,11 +154,20 @@ def payload_change_for(history: Sequence[Entry], payload_hash: object) -> Entry 
 # --- precedence and contradictions --------------------------------------------------------------
 
 
+ContradictionKind = Literal[
+    "happened_never_dispatched",
+    "performed_unacknowledged",
+    "happened_after_not_happened",
+    "duplicate_at_target",
+]
+_CONTRADICTION_ORDER: tuple[ContradictionKind, ...] = get_args(ContradictionKind)
+
+
 @dataclass(frozen=True)
 class Contradiction:
     """Evidence at odds with what stands: shown on the receipt, sent back to a person."""
 
-    kind: Literal["happened_after_not_happened", "happened_never_dispatched", "duplicate_at_target"]
+    kind: ContradictionKind
     detail: str
     verdict_seq: int | None  # the verdict contradicted, if any
     seqs: tuple[int, ...]  # the entries that contradict it
@@ -188,7 +198,8 @@ class Standing:
 def standing(history: Sequence[Entry]) -> Standing:
     """The first final verdict stands everywhere; before one, the first AMBIGUOUS. Later offers
     change nothing, except a person's RESOLVED recorded while the effect was contradicted: a
-    person settles what evidence left at odds."""
+    person settles what evidence left at odds. A contradiction, once found, stays open whatever
+    is recorded after it (a dispatch, a verdict, more evidence) until a person's RESOLVED stands."""
     verdict: Entry | None = None
     state: FinalState | None = None
     open_contradictions: tuple[Contradiction, ...] = ()
@@ -196,42 +207,74 @@ def standing(history: Sequence[Entry]) -> Standing:
         offered = entry_state(entry)
         if offered is None:
             if entry.kind == EntryKind.OBSERVED:
-                open_contradictions = _contradictions(history[: position + 1], verdict, state)
+                found = _contradictions(history[: position + 1], verdict, state)
+                open_contradictions = _still_open(open_contradictions, found)
             continue
         if state is None or not state.final:
             if state is None or offered.final:
                 verdict, state = entry, offered
         elif entry.kind == EntryKind.RESOLVED and open_contradictions:
             verdict, state = entry, offered  # the person's word on the contradiction stands
-        open_contradictions = _contradictions(history[: position + 1], verdict, state)
+        found = _contradictions(history[: position + 1], verdict, state)
+        if verdict is entry and entry.kind == EntryKind.RESOLVED:
+            open_contradictions = found  # the person has seen and settled what came before
+        else:
+            open_contradictions = _still_open(open_contradictions, found)
     return Standing(verdict, state, open_contradictions)
+
+
+def _still_open(
+    before: tuple[Contradiction, ...], found: tuple[Contradiction, ...]
+) -> tuple[Contradiction, ...]:
+    """The contradictions open after an entry: each kind as found now, and any kind found
+    before that the entry would otherwise have cleared (only a person clears one)."""
+    by_kind = {c.kind: c for c in before} | {c.kind: c for c in found}
+    return tuple(by_kind[kind] for kind in _CONTRADICTION_ORDER if kind in by_kind)
 
 
 def _contradictions(
     history: Sequence[Entry], verdict: Entry | None, state: FinalState | None
 ) -> tuple[Contradiction, ...]:
     """What contradicts `verdict` among `history`, counting only what came after the last
-    RESOLVED that stands (a person has seen and settled what came before)."""
+    RESOLVED that stands (a person has seen and settled what came before). A 'performed' seen
+    before the first dispatch, or one the notary refused, answers no attempt (counted_evidence)
+    and is a contradiction of its own."""
     since = verdict.seq if verdict is not None and verdict.kind == EntryKind.RESOLVED else -1
     performed = [
         e
         for e in history
         if e.kind == EntryKind.OBSERVED and e.body_value().get("outcome") == "performed"
     ]
+    first = _first_dispatch_seq(history)
+    counted = {e.seq for e in counted_evidence(history)}
     found: list[Contradiction] = []
-    late = tuple(e.seq for e in performed if e.seq > since)
-    dispatched = any(e.kind == EntryKind.DISPATCHED for e in history)
     verdict_seq = verdict.seq if verdict is not None else None
-    if late and not dispatched:
+    early = tuple(e.seq for e in performed if e.seq > since and (first is None or e.seq < first))
+    refused = tuple(
+        e.seq for e in performed if e.seq > since and e.seq not in early and e.seq not in counted
+    )
+    late = tuple(e.seq for e in performed if e.seq > since and e.seq in counted)
+    if early:
         found.append(
             Contradiction(
                 "happened_never_dispatched",
-                "evidence says it was performed, but it was never dispatched",
+                "evidence says it was performed before it was dispatched: it is held, never "
+                "dispatched automatically, until a person decides",
                 verdict_seq,
-                late,
+                early,
             )
         )
-    elif late and state is not None and state.happened is False:
+    if refused:
+        found.append(
+            Contradiction(
+                "performed_unacknowledged",
+                "the service says it performed it, but no request of it was acknowledged: a "
+                "write-ahead service acts only after one",
+                verdict_seq,
+                refused,
+            )
+        )
+    if late and state is not None and state.happened is False:
         found.append(
             Contradiction(
                 "happened_after_not_happened",
@@ -247,11 +290,11 @@ def _contradictions(
         if ref:
             refs.setdefault(ref, entry.seq)
     if len(refs) > 1 and max(refs.values()) > since:
-        first, *others = sorted(refs, key=refs.__getitem__)
+        first_ref, *others = sorted(refs, key=refs.__getitem__)
         found.append(
             Contradiction(
                 "duplicate_at_target",
-                f"the target reports {len(refs)} different results ({first}, "
+                f"the target reports {len(refs)} different results ({first_ref}, "
                 f"{', '.join(others)}): it acted more than once",
                 verdict_seq,
                 tuple(sorted(refs[r] for r in others)),
@@ -387,16 +430,21 @@ def _failed_refusal(
     history: Sequence[Entry], body: Mapping[str, Any], attempts: set[Any]
 ) -> str | None:
     """A failure is the target's answer to an attempt that was made, or the notary's reading of
-    evidence it holds: then it cites this effect's 'not performed' evidence, exactly as
-    evidence_answer() reads it."""
+    evidence it holds: then it cites this effect's 'not performed' evidence that counts
+    (counted_evidence), as the outcome of an attempt dispatched before it."""
     unmade = _unmade_attempt(EntryKind.FAILED, body, attempts)
     if unmade is not None:
         return unmade
     if not str(body["code"]).startswith("evidence:"):
         return None  # the target's own answer to the attempt
-    cited = next((e for e in history if e.seq == body.get("evidence_seq")), None)
-    if cited is None or evidence_answer([cited]) != Negative(body["code"], cited.seq):
-        return "FAILED on evidence cites evidence_seq: this effect's 'not performed' evidence"
+    cited = next((e for e in counted_evidence(history) if e.seq == body.get("evidence_seq")), None)
+    if cited is None or _reading(cited) != Negative(body["code"], cited.seq):
+        return (
+            "FAILED on evidence cites evidence_seq: this effect's 'not performed' evidence, "
+            "recorded after the attempt's dispatch"
+        )
+    if answered_attempt(history, cited.seq) < body["attempt"]:
+        return "FAILED on evidence names an attempt dispatched after the evidence it cites"
     return None
 
 
@@ -472,13 +520,16 @@ def silence_broken(history: Sequence[Entry], kind: str, body: Mapping[str, Any])
 def _evidence_citation_refusal(history: Sequence[Entry], body: Mapping[str, Any]) -> str | None:
     recheck = body.get("recheck")
     seq = recheck.get("evidence_seq") if isinstance(recheck, Mapping) else None
-    cited = next((e for e in history if e.seq == seq and e.kind == EntryKind.OBSERVED), None)
+    cited = next((e for e in counted_evidence(history) if e.seq == seq), None)
     if cited is None or cited.body_value().get("outcome") != "performed":
         return (
-            "COMMITTED_ON_EVIDENCE cites recheck.evidence_seq: this effect's 'performed' evidence"
+            "COMMITTED_ON_EVIDENCE cites recheck.evidence_seq: this effect's 'performed' "
+            "evidence, recorded after the attempt's dispatch"
         )
     if str(cited.body_value().get("result_ref") or "") != body.get("result_ref"):
         return "COMMITTED_ON_EVIDENCE carries the result_ref of the evidence it cites"
+    if answered_attempt(history, cited.seq) < body["attempt"]:
+        return "COMMITTED_ON_EVIDENCE names an attempt dispatched after the evidence it cites"
     return None
 
 
@@ -618,16 +669,28 @@ class Settled:
     standing: Standing
 
 
-Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled
+@dataclass(frozen=True)
+class Held:
+    """Evidence (entry `evidence_seq`) says it was performed, at odds with its record: it is not
+    dispatched automatically, and waits for a person (evidence_hold)."""
+
+    evidence_seq: int
+
+
+Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled | Held
 
 
 def decide(facts: Facts) -> Step:
     """DESIGN §3's recovery algorithm for one effect, as the next step: a verdict that stands is
-    kept; an effect never dispatched gets its first dispatch; otherwise the last attempt is
-    recovered as the target allows now."""
+    kept; evidence at odds with its record holds it for a person (evidence_hold); an effect
+    never dispatched gets its first dispatch; otherwise the last attempt is recovered as the
+    target allows now."""
     now_standing = standing(facts.history)
     if now_standing.state is not None:
         return Settled(now_standing)
+    held = evidence_hold(facts.history)
+    if held is not None:
+        return Held(held.seq)
     dispatches = [e for e in facts.history if e.kind == EntryKind.DISPATCHED]
     if not dispatches:
         return _first_dispatch(facts)
@@ -686,10 +749,16 @@ def _recover_by_asking(
     answer = facts.answer
     if answer is None:
         return Ask(source)
+    # The notary's evidence answers the attempt dispatched before it; a lookup, the last.
+    attempt = (
+        answered_attempt(facts.history, answer.evidence_seq)
+        if isinstance(answer, Found | Negative) and answer.evidence_seq is not None
+        else last.number
+    )
     if isinstance(answer, Found):
-        return _commit_on_answer(source, last.number, answer, failure)
+        return _commit_on_answer(source, attempt, answer, failure)
     if isinstance(answer, Negative):
-        return _fail_on_answer(last.number, answer)
+        return _fail_on_answer(attempt, answer)
     if mode == Mode.EVIDENCE:
         return _evidence_silence(facts, last, failure)
     if isinstance(answer, Intent | Unknown):
@@ -818,22 +887,70 @@ def _fail_on_answer(attempt: int, answer: Negative) -> Record:
     return Record(EntryKind.FAILED, body)
 
 
+def _first_dispatch_seq(history: Sequence[Entry]) -> int | None:
+    return next((e.seq for e in history if e.kind == EntryKind.DISPATCHED), None)
+
+
+def counted_evidence(history: Sequence[Entry]) -> list[Entry]:
+    """The OBSERVED entries that answer an attempt (DESIGN §3, "evidence counts in order"):
+    those recorded after the effect's first DISPATCHED, each answering the last attempt
+    dispatched before it (answered_attempt). Evidence from before any dispatch answers no
+    request of the gate's, nor does a write-ahead service's word the notary refused for want of
+    an acknowledged intent (its body says `refused`): both are contradictions instead."""
+    first = _first_dispatch_seq(history)
+    if first is None:
+        return []
+    return [
+        e
+        for e in history
+        if e.kind == EntryKind.OBSERVED and e.seq > first and "refused" not in e.body_value()
+    ]
+
+
+def answered_attempt(history: Sequence[Entry], evidence_seq: int | None) -> int:
+    """The attempt the evidence `evidence_seq` answers: the last dispatched before it."""
+    return max(
+        (
+            e.body_value()["attempt"]
+            for e in history
+            if e.kind == EntryKind.DISPATCHED and (evidence_seq is None or e.seq < evidence_seq)
+        ),
+        default=0,
+    )
+
+
+def _reading(entry: Entry) -> Found | Negative | Intent | None:
+    """What one OBSERVED entry says, whatever its place among the effect's entries."""
+    body = entry.body_value()
+    outcome = body.get("outcome")
+    if outcome == "performed":
+        return Found(str(body.get("result_ref") or ""), entry.seq)
+    if outcome == "not_performed":
+        return Negative(f"evidence:{body.get('type', '')}", entry.seq)
+    return Intent() if outcome == "intent" else None
+
+
 def evidence_answer(history: Sequence[Entry]) -> Answer:
-    """What the evidence among an effect's entries says, as facts: the first 'performed', else
-    the first 'not performed', else a write-ahead attestation, else nothing seen. Whether
+    """What the evidence that counts (counted_evidence) says, as facts: the first 'performed',
+    else the first 'not performed', else a write-ahead attestation, else nothing seen. Whether
     nothing seen counts is decide()'s to say, by the target's declaration."""
-    observed = [e for e in history if e.kind == EntryKind.OBSERVED]
-    for entry in observed:
-        body = entry.body_value()
-        if body.get("outcome") == "performed":
-            return Found(str(body.get("result_ref") or ""), entry.seq)
-    for entry in observed:
-        body = entry.body_value()
-        if body.get("outcome") == "not_performed":
-            return Negative(f"evidence:{body.get('type', '')}", entry.seq)
-    if any(e.body_value().get("outcome") == "intent" for e in observed):
-        return Intent()
+    readings = [_reading(e) for e in counted_evidence(history)]
+    for kind in (Found, Negative, Intent):
+        answer = next((r for r in readings if isinstance(r, kind)), None)
+        if answer is not None:
+            return answer
     return NotFound()
+
+
+def evidence_hold(history: Sequence[Entry]) -> Entry | None:
+    """The evidence that holds an effect from any dispatch: the first entry of a contradiction
+    open while no verdict stands, a 'performed' seen before the effect was ever dispatched (a
+    person sent it by hand, a service acted on its own) or one a write-ahead service gave with
+    no acknowledged intent. Dispatching it could do it twice, so it waits for a person, whose
+    RESOLVED settles it. None: nothing holds it so."""
+    stood = standing(history)
+    seq = queued_by(stood) if stood.state is None and stood.contradictions else None
+    return next((e for e in history if e.seq == seq), None)
 
 
 def intent_refusal(
@@ -842,13 +959,16 @@ def intent_refusal(
     """Why a write-ahead attestation may not be acknowledged now (None: it may, and the service
     may act). Recovery counts "no attestation by max_inflight after the last dispatch" as never
     acted, so none is acknowledged after that, nor twice for one effect (two requests in flight,
-    one acts), nor once the effect has a verdict."""
+    one acts), nor once the effect has a verdict or evidence at odds with it (a person must look
+    first: acting could act twice)."""
     dispatches = [e for e in history if e.kind == EntryKind.DISPATCHED]
     if not dispatches:
         return "never dispatched: nothing may act on it"
     stands = standing(history)
     if stands.state is not None:
         return f"it is {stands.state}: nothing may act on it now"
+    if stands.contradictions:
+        return "its evidence is contradicted and waits for a person: acting now could act twice"
     if isinstance(evidence_answer(history), Found | Negative | Intent):
         return "a request for it was attested already: acting again could act twice"
     if now >= dispatches[-1].created_at + declared.max_inflight:
@@ -859,23 +979,39 @@ def intent_refusal(
     return None
 
 
+def attestation_refusal(history: Sequence[Entry], declared: TargetDeclaration) -> str | None:
+    """Why a service's word that it did, or did not, perform an effect is not taken as
+    evidence (None: it is). A write-ahead service acts only on an acknowledged intent, so for
+    its target (and only there) such a word counts only after one; without, it answers nothing.
+    A 'performed' refused so is still kept, as a contradiction a person must see."""
+    if not declared.attests_before_acting:
+        return None
+    if any(isinstance(_reading(e), Intent) for e in counted_evidence(history)):
+        return None
+    return (
+        "no intent to act on it was acknowledged: a write-ahead service acts only on an "
+        "acknowledged request, so this answers none"
+    )
+
+
 def settle_on_evidence(history: Sequence[Entry]) -> Record | None:
-    """The verdict the evidence just recorded (the last entry) settles, if any: evidence
-    settles an effect dispatched and not finally settled (AMBIGUOUS included); it never moves
-    a final verdict (what it contradicts is shown by standing()), and never settles an effect
-    that was never dispatched."""
-    attempt = last_attempt(history)
-    if not attempt or standing(history[:-1]).final:
+    """The verdict the evidence just recorded (the last entry) settles, if any: evidence that
+    counts (counted_evidence) settles an effect dispatched and not finally settled (AMBIGUOUS
+    included), as the outcome of the attempt it answers; it never moves a final verdict (what
+    it contradicts is shown by standing()), and evidence from before the first dispatch
+    settles nothing."""
+    if not last_attempt(history) or standing(history[:-1]).final:
         return None
     answer = evidence_answer(history)
     if isinstance(answer, Found):
+        attempt = answered_attempt(history, answer.evidence_seq)
         recheck = {"evidence": "found", "evidence_seq": answer.evidence_seq}
         return Record(
             EntryKind.COMMITTED,
             commit_body(State.COMMITTED_ON_EVIDENCE, attempt, answer.result_ref, recheck),
         )
     if isinstance(answer, Negative):
-        return _fail_on_answer(attempt, answer)
+        return _fail_on_answer(answered_attempt(history, answer.evidence_seq), answer)
     return None
 
 
@@ -883,6 +1019,41 @@ def commit_body(
     state: State, attempt: int, result_ref: str, recheck: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     return {"state": str(state), "attempt": attempt, "result_ref": result_ref, "recheck": recheck}
+
+
+def premise_failure(results: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The failure a dispatch on these premises, as evaluated, is refused with; None if all
+    hold. One found false is `stale_premise`: the world is not as the decision assumed. One that
+    could not be read at all (its check raised: a 403 from the read key, a timeout) claims
+    nothing about the world, so when none is found false the refusal is `premise_unreadable`,
+    naming each premise that could not be read and why."""
+    failed = [r for r in results if not r["holds"]]
+    if not failed:
+        return None
+    premises = [dict(r) for r in results]
+    names = [r["name"] for r in failed]
+    unreadable = {r["name"]: why for r in failed if (why := unreadable_premise(r)) is not None}
+    if len(unreadable) < len(failed):
+        return {"reason": "stale_premise", "failed": names, "premises": premises}
+    return {
+        "reason": "premise_unreadable",
+        "failed": names,
+        "unreadable": unreadable,
+        "premises": premises,
+    }
+
+
+def unreadable_premise(result: Mapping[str, Any]) -> str | None:
+    """Why a premise, as evaluated, could not be read (gate_client.proposal.Premise.evaluate
+    records a check that raised as `observed: {"error": why}`); None: it was read."""
+    observed = result.get("observed")
+    if (
+        result.get("holds") is False
+        and isinstance(observed, Mapping)
+        and set(observed) == {"error"}
+    ):
+        return str(observed["error"])
+    return None
 
 
 def refusal(failure: Mapping[str, Any], *, at_recovery: bool) -> Record:

@@ -18,6 +18,7 @@ from gate_client.protocol import (
     Happened,
     Standing,
     State,
+    evidence_hold,
     is_payload_change,
     payload_change_for,
     standing,
@@ -134,17 +135,24 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
     except (ValueError, KeyError, TypeError) as exc:
         raise ReceiptError(f"{effect_id}: a verdict that settles nothing known: {exc!r}") from exc
     held = current_hold(relevant) if stands.state is None else None  # a verdict ends a hold
-    state, happened, fired_attempt = _state(stands, dispatches, effect_id, held is not None)
+    # Evidence says it was performed, and it was never dispatched: held, and unknown.
+    held_on_evidence = not dispatches and evidence_hold(relevant) is not None
+    state, happened, fired_attempt = _state(
+        stands, dispatches, effect_id, held is not None or held_on_evidence
+    )
+    if held_on_evidence:
+        happened = "unknown"
     fired = dispatches.get(fired_attempt) if fired_attempt is not None else None
     statement = statement_of(relevant)
-    if happened is False:
+    verdict = stands.verdict
+    if happened is False or (not dispatches and (held_on_evidence or _resolved(verdict))):
+        # Nothing fired through the gate: a person may still find it done outside it.
         authorized, assumptions = None, None
     elif fired is None:
         raise ReceiptError(f"{effect_id}: {state} names no recorded dispatch")
     else:
         authorized = _lease_was_live(journal, fired, proposed, statement)
         assumptions = all(p["holds"] for p in fired.body_value()["premises"])
-    verdict = stands.verdict
     recheck = verdict.body_value().get("recheck") if verdict is not None else None
     contradictions = tuple(c.to_dict() for c in stands.contradictions)
     return Receipt(
@@ -160,7 +168,7 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
         contradicted=bool(contradictions),
         contradictions=contradictions,
         budget=statement.body() if statement is not None else None,
-        held_by=str(held.body_value()["held_by"]) if held is not None else None,
+        held_by=effect_id if held_on_evidence else _holder(held),
         mandate=mandate,
     )
 
@@ -184,6 +192,14 @@ def _state(
         return str(state), True, attempt
     happened = state.happened
     return str(state), happened, None if happened is False else last
+
+
+def _holder(held: Entry | None) -> str | None:
+    return str(held.body_value()["held_by"]) if held is not None else None
+
+
+def _resolved(verdict: Entry | None) -> bool:
+    return verdict is not None and verdict.kind == EntryKind.RESOLVED
 
 
 def _lease_mandate(journal: Sequence[Entry], lease_id: str) -> Mapping[str, Any] | None:

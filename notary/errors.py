@@ -25,7 +25,9 @@ class NotaryForbidden(Exception):
 
 
 class NotaryConflict(Exception):
-    """Well-formed, but the ledger's state refuses it now; nothing was written."""
+    """Well-formed, but the ledger's state refuses it now; nothing was written, unless `extra`
+    says what was kept (`kept_as`: a refused attestation of a performed effect, recorded as a
+    contradiction)."""
 
     def __init__(self, code: str, detail: str, **extra: Any) -> None:
         super().__init__(f"{code}: {detail}")

@@ -21,6 +21,7 @@ _REFUSALS = {
     "lease_scope": "the approval did not cover it",
     "lease_budget": "the approval's budget had no room left for it",
     "stale_premise": "what it relied on was no longer true",
+    "premise_unreadable": "what it relied on could not be checked",
     "payload_changed": "it was decided again differently, and only the first decision counts",
 }
 
@@ -149,7 +150,9 @@ def _contradiction(case: _Case, contradiction: Mapping[str, Any]) -> str:
     if kind == "duplicate_at_target":
         return f"{cited} reports another result: {case.target} acted more than once"
     if kind == "happened_never_dispatched":
-        return f"{cited} says it was performed, though it was never sent"
+        return f"{cited} says it was performed before it was ever sent, so it is held and not sent"
+    if kind == "performed_unacknowledged":
+        return f"{cited} says it was performed, though no request for it was acknowledged"
     return f"{cited} says it was performed"
 
 

@@ -720,8 +720,8 @@ class ExportQueryInput(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ConflictOutput(ErrorOutput):
-    """A 409: well-formed, but the ledger's state refuses it now; nothing was written. Some
-    carry what the caller needs next."""
+    """A 409: well-formed, but the ledger's state refuses it now; nothing was written (but a
+    refused 'performed', kept as a contradiction). Some carry what the caller needs next."""
 
     current = serializers.IntegerField(
         required=False, help_text="attempt_taken, already_settled: the last recorded attempt"
@@ -735,6 +735,11 @@ class ConflictOutput(ErrorOutput):
     )
     held_by = serializers.CharField(
         required=False, help_text="held: the effect waiting for a person that holds this one"
+    )
+    kept_as = serializers.IntegerField(
+        required=False,
+        help_text="not_acknowledged: the ledger entry a refused 'performed' is kept as, a "
+        "contradiction for a person",
     )
 
 

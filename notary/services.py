@@ -41,6 +41,7 @@ from gate_client.protocol import (
     Answer,
     Ask,
     Facts,
+    Held,
     Record,
     Settled,
     State,
@@ -48,6 +49,7 @@ from gate_client.protocol import (
     Wait,
     admit,
     agent_outcome_refusal,
+    attestation_refusal,
     decide,
     evidence_answer,
     intent_refusal,
@@ -848,7 +850,15 @@ def _propose_in_order(
     ):
         try:
             checked = _checked_dispatch(
-                tenant, effect_id, standing_proposal, 1, dispatch_premises, False, now, dispatcher
+                tenant,
+                effect_id,
+                standing_proposal,
+                1,
+                dispatch_premises,
+                False,
+                now,
+                dispatcher,
+                history=history,
             )
         except NotaryConflict as refused:
             refusal = refused
@@ -941,7 +951,7 @@ def _dispatch_in_order(
         )
     proposed = _proposed_body(history)
     checked = _checked_dispatch(
-        tenant, effect_id, proposed, attempt, premises, recovery, now, dispatcher
+        tenant, effect_id, proposed, attempt, premises, recovery, now, dispatcher, history=history
     )
     if isinstance(checked, Hold):
         held = _held_entry(effect_id, history, checked)
@@ -964,12 +974,14 @@ def _checked_dispatch(
     recovery: bool,
     now: datetime,
     dispatcher: ApiKey | None,
+    *,
+    history: Sequence[LedgerEntry],
 ) -> NewEntry | Hold:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
     log lock and stamps the entry with `now`) and `dispatcher` holds it; else NotaryConflict
-    lease_refused; or the hold on it, if another effect of its case waits for a person
-    (gate_client.holds, by the tenant's hold_scope as stored now). A first dispatch under a
-    budgeted lease spends, by the dispatching key."""
+    lease_refused; or the hold on it, if its own evidence (its entries, `history`) or another
+    effect of its case waits for a person (gate_client.holds, by the tenant's hold_scope as
+    stored now). A first dispatch under a budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
     lease = lease_with_tenant(tenant=tenant, lease_id=proposed["lease_id"])
     state = _lease_state(lease)
@@ -983,6 +995,7 @@ def _checked_dispatch(
         effect_id=effect_id,
         proposed=proposed,
         attempt=attempt,
+        history=history,
         candidates=holding_candidates(
             tenant=tenant, scope=scope, proposed=proposed, effect_id=effect_id
         ),
@@ -1269,7 +1282,6 @@ def review_unassign(*, tenant: Tenant, effect_id: str) -> bool:
     return deleted > 0
 
 
-@transaction.atomic(durable=True)
 def attestation_record(
     *,
     tenant: Tenant,
@@ -1284,8 +1296,40 @@ def attestation_record(
     (evidence, settling the effect the way a provider's webhook does), or, written ahead, that
     it is about to act. A write-ahead attestation is acknowledged only when the protocol allows
     the service to act now (protocol.intent_refusal); else NotaryConflict, and the service must
-    not act. `service_key`, the key attesting (the API always gives it), speaks only for the
-    targets it names: NotaryForbidden for another's effect. None: code of the notary's own."""
+    not act. A write-ahead service's word that it performed or not counts only after an
+    acknowledged intent (protocol.attestation_refusal); else NotaryConflict, and a 'performed'
+    is kept all the same, marked refused, as a contradiction for a person (committed before the
+    refusal is raised). `service_key`, the key attesting (the API always gives it), speaks only
+    for the targets it names: NotaryForbidden for another's effect. None: code of the notary's
+    own."""
+    recorded, refused = _attestation_record(
+        tenant=tenant,
+        by=by,
+        effect_id=effect_id,
+        stage=stage,
+        reference=reference,
+        detail=detail,
+        service_key=service_key,
+    )
+    if refused is not None:
+        seq = {"kept_as": recorded[0].seq} if recorded is not None else {}
+        raise NotaryConflict("not_acknowledged", refused, **seq)
+    assert recorded is not None
+    return recorded
+
+
+@transaction.atomic(durable=True)
+def _attestation_record(
+    *,
+    tenant: Tenant,
+    by: str,
+    effect_id: str,
+    stage: str,
+    reference: str,
+    detail: str,
+    service_key: ApiKey | None,
+) -> tuple[tuple[LedgerEntry, str] | None, str | None]:
+    """The attestation recorded (with what it did) and, if it was refused, why."""
     if service_key is not None:
         _check_attestation_scope(tenant=tenant, service_key=service_key, effect_id=effect_id)
     evidence = {
@@ -1296,18 +1340,31 @@ def attestation_record(
         "result_ref": reference,
         "detail": detail,
     }
-    if stage != "before_acting":
-        return effect_observe(tenant=tenant, effect_id=effect_id, evidence=evidence)
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
     target = Target.objects.get(tenant=tenant, name=_proposed_body(history)["target"])
-    refused = intent_refusal(history, target_declaration(target), now)
-    if refused is not None:
-        raise NotaryConflict("not_acknowledged", refused)
-    [(observed, _)] = _observe(
-        tenant=tenant, histories={effect_id: history}, observations=[(effect_id, evidence)], now=now
+    declared = target_declaration(target)
+    if stage == "before_acting":
+        refused = intent_refusal(history, declared, now)
+        if refused is not None:
+            return None, refused
+        [(observed, _)] = _observe(
+            tenant=tenant,
+            histories={effect_id: history},
+            observations=[(effect_id, evidence)],
+            now=now,
+        )
+        return (observed, "acknowledged"), None
+    refused = attestation_refusal(history, declared)
+    if refused is None:
+        return effect_observe(tenant=tenant, effect_id=effect_id, evidence=evidence), None
+    if stage != "performed":
+        return None, refused  # it says nothing was done: nothing to keep
+    kept = {**evidence, "refused": refused}
+    [recorded] = _observe(
+        tenant=tenant, histories={effect_id: history}, observations=[(effect_id, kept)], now=now
     )
-    return observed, "acknowledged"
+    return recorded, f"{refused}; kept as a contradiction for a person to see"
 
 
 def _check_attestation_scope(*, tenant: Tenant, service_key: ApiKey, effect_id: str) -> None:
@@ -1641,6 +1698,8 @@ def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
             return "in_flight"
         if isinstance(step, Record):
             return _notary_verdict(tenant=tenant, effect=effect, verdict=step)
+        if isinstance(step, Held):
+            return "held"  # in the review queue: a person decides
         if not isinstance(step, Ask):
             return "needs_agent"  # a re-check and a resend are the agent's to make
         if step.source == "notary":

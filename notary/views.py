@@ -421,7 +421,21 @@ ATTESTATION_REFUSALS = [
             "a request for it was attested already: acting again could act twice",
         ),
         "a `before_acting` attestation refused (never dispatched, settled, attested already, "
-        "or its dispatch older than the target's max in-flight time): the service must not act",
+        "contradicted, or its dispatch older than the target's max in-flight time): the service "
+        "must not act",
+    ),
+    refusal(
+        NotaryConflict(
+            "not_acknowledged",
+            "no intent to act on it was acknowledged: a write-ahead service acts only on an "
+            "acknowledged request, so this answers none; kept as a contradiction for a person "
+            "to see",
+            kept_as=7,
+        ),
+        "a write-ahead service's `performed` or `not_performed` with no acknowledged "
+        "`before_acting` before it: it answers nothing; a `performed` is kept (`kept_as`, its "
+        "ledger entry) as a contradiction, and the effect waits for a person",
+        name="not_acknowledged_outcome",
     ),
 ]
 
@@ -1077,7 +1091,9 @@ class AttestationView(APIView):
         "(201, `settled: acknowledged`) only when the service may act now; else 409 "
         "`not_acknowledged`, and the service must not act. `performed` and `not_performed` "
         "(or `performed: true/false`) are evidence, which settles a dispatched effect the way "
-        "a provider's webhook does; `settled` says how.",
+        "a provider's webhook does; `settled` says how. For a write-ahead target they count "
+        "only after an acknowledged `before_acting`: else 409 `not_acknowledged`, a "
+        "`performed` kept as a contradiction for a person.",
         request=AttestationInput,
         responses={
             201: AttestationOutput,

@@ -83,8 +83,8 @@ def leased(
     )
 
 
-def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
-    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+def proposed(tenant: Tenant, target: str, case_id: str) -> str:
+    """An effect proposed under a live lease and not dispatched yet; its id."""
     lease = leased(tenant, case_id, "email", requested_by="mail-bot")
     proposal = Proposal(
         case_id=case_id,
@@ -97,11 +97,17 @@ def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
     services.effect_propose(
         tenant=tenant, effect_id=proposal.effect_id, proposal=proposal.proposed_body([])
     )
+    return proposal.effect_id
+
+
+def dispatched(tenant: Tenant, target: str, case_id: str) -> str:
+    """An effect proposed and dispatched under a live lease; what happened next is unknown."""
+    effect_id = proposed(tenant, target, case_id)
     services.effect_dispatch(
-        tenant=tenant, effect_id=proposal.effect_id, attempt=1, premises=[], recovery=False
+        tenant=tenant, effect_id=effect_id, attempt=1, premises=[], recovery=False
     )
     time.sleep(0.005)  # past the 1 ms in-flight window
-    return proposal.effect_id
+    return effect_id
 
 
 def settled(

@@ -89,6 +89,7 @@ _REFUSALS = {
     "lease_scope": "the approval (lease) does not cover this call",
     "lease_budget": "the approval's budget (lease) has no room left for this call",
     "stale_premise": "something it relies on no longer holds",
+    "premise_unreadable": "something it relies on could not be read, so it was not checked",
     "payload_changed": (
         "this tool was already called for this case with other arguments, and the first call stands"
     ),

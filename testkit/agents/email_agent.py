@@ -8,9 +8,10 @@ ROLE is `submit`, `recover` (a new process runs recover()) or `plain` (no gate: 
 with the case's Idempotency-Key, simply run again on restart). SYSTEM declares what the gate
 may assume of Resend: `interlock` (tier 1, the probe as lookup), `interlock_noprobe` (tier 1),
 `interlock_tier3` (neither), `interlock_notary` (tier 3 with the notary's webhook evidence).
-NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID. The premise, read from
-WORLD_FILE at each check, is the seed's: the refund is succeeded or pending. Gate roles print
-each receipt as one JSON line."""
+NOTARY: --notary URL --notary-token TOKEN --tenant SLUG --lease LEASE_ID [--separate-steps]
+(PROPOSED and DISPATCHED as two requests, so a crash can fall between them). The premise, read
+from WORLD_FILE at each check, is the seed's: the refund is succeeded or pending. Gate roles
+print each receipt as one JSON line."""
 
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--notary-token")
     parser.add_argument("--tenant", default="")
     parser.add_argument("--lease", default=LEASE_ID)
+    parser.add_argument("--separate-steps", action="store_true")
     args = parser.parse_args()
     resend.api_key = "re_interlock_test"
     resend.api_url = args.resend
@@ -101,7 +103,9 @@ def main() -> None:
         return
     target = target_for(args.system, timedelta(seconds=args.key_window))
     journal: Journal = (
-        NotaryJournal(args.notary, args.notary_token) if args.notary else LocalJournal(args.journal)
+        NotaryJournal(args.notary, args.notary_token, one_round_trip=not args.separate_steps)
+        if args.notary
+        else LocalJournal(args.journal)
     )
     premise = refund_premise(args.world)
     gate = Gate(journal, {TARGET: target}, premises_for=lambda proposed: [premise])

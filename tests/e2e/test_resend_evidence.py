@@ -21,6 +21,7 @@ from gate_client.faults import CrashPoint
 from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services as notary_services
+from notary.models import WAITING_FOR_A_PERSON, Effect
 from testkit.agents import email_agent
 from testkit.crash_matrix import set_refund_status
 from testkit.factories import leased, register
@@ -106,6 +107,81 @@ def test_a_killed_sender_is_settled_by_resends_webhooks_alone(
         )
         kinds = [e.kind for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
         assert kinds.count(EntryKind.DISPATCHED) == 1
+
+
+def test_an_email_sent_by_hand_before_the_first_dispatch_holds_the_effect_no_second_email(
+    transactional_db: None, tmp_path: Path
+) -> None:
+    """The agent is SIGKILLed after PROPOSED; while it is down a person sends the email by hand
+    with the effect's tag. Resend's Svix-signed webhooks say it was sent before anything was
+    dispatched: the effect is contradicted and held, the restarted agent's recover() sends
+    nothing, and a person's decision settles it. One email, never two."""
+    tenant = notary_services.tenant_create(slug="shop", name="Shop")
+    target = register(
+        tenant,
+        email_agent.TARGET,
+        max_inflight=email_agent.TIMEOUT,
+        evidence_window=email_agent.EVIDENCE_WINDOW,
+    )
+    _, token = notary_services.api_key_issue(tenant=tenant, role="agent", holder="bot")
+    case_id = "case-email-by-hand"
+    lease = leased(tenant, case_id, email_agent.ACTION)
+    secret = new_secret("resend")
+    endpoint = webhook_services.endpoint_create(
+        tenant=tenant, target=target, provider="resend", secrets=[secret]
+    )
+    world = tmp_path / "world.json"
+    set_refund_status(world, "succeeded")
+    effect_id = email_agent.effect_id(case_id, tenant.slug)
+    with running_notary(child_database_url(), tmp_path) as url:
+        hook = f"{url}/webhooks/{endpoint.public_id}/"
+        store = tmp_path / "emails.jsonl"
+        with running_resend(store, webhook_url=hook, webhook_secret=secret) as resend_server:
+            args = ["--resend", resend_server.url, "--case", case_id, "--world", str(world)]
+            args += ["--system", "interlock_notary", "--notary", url, "--notary-token", token]
+            args += ["--tenant", tenant.slug, "--lease", lease.lease_id, "--separate-steps"]
+            killed = spawn_armed(AGENT, ["submit", *args], CrashPoint.AFTER_PROPOSED)
+            assert killed.returncode == -9, killed.stderr
+            assert receipt_of(url, token, effect_id)["final_state"] == "PROPOSED"
+
+            by_hand = httpx.post(
+                f"{resend_server.url}/emails",
+                json={
+                    **email_agent.message(case_id),
+                    "tags": [{"name": TAG, "value": effect_id}],
+                },
+                headers={"Authorization": "Bearer re_interlock_test"},
+                timeout=30,
+            )
+            assert by_hand.status_code == 200, by_hand.text
+            deadline = time.monotonic() + 60
+            while not receipt_of(url, token, effect_id)["contradicted"]:
+                assert time.monotonic() < deadline, "the webhooks never reached the effect"
+                time.sleep(0.2)
+
+            [held] = recover(args)
+            assert len(resend_server.emails(tag=(TAG, effect_id))) == 1, "never sent twice"
+            assert (held["final_state"], held.get("held_by")) == ("HELD", effect_id)
+            assert (held["happened"], held["contradicted"]) == ("unknown", True)
+            assert held["contradictions"][0]["kind"] == "happened_never_dispatched"
+            kinds = [e.kind for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
+            assert EntryKind.DISPATCHED not in kinds
+            assert Effect.objects.filter(
+                WAITING_FOR_A_PERSON, tenant=tenant, effect_id=effect_id
+            ).exists(), "queued for a person"
+
+            notary_services.effect_resolve(
+                tenant=tenant,
+                effect_id=effect_id,
+                happened=True,
+                reason="sent by hand during the outage; Resend shows it delivered",
+                by="support lead",
+            )
+            assert recover(args) == []  # settled: nothing left to recover
+            receipt = receipt_of(url, token, effect_id)
+            assert len(resend_server.emails(tag=(TAG, effect_id))) == 1
+    assert (receipt["final_state"], receipt["happened"]) == ("RESOLVED_HAPPENED", True)
+    assert not receipt["contradicted"] and receipt["authorized_when_fired"] is None
 
 
 def recover(args: list[str]) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from gate_client.receipts import Receipt, derive_receipt, verify_receipt
 from ledger.core.entries import Entry, EntryKind
 from ledger.selectors import iter_entries
 from notary import services
-from notary.models import Tenant
+from notary.models import WAITING_FOR_A_PERSON, Effect, Tenant
 from testkit.agents import AGENT_PROCESS
 from testkit.agents.agent_process import ACTION, TARGET, effect_id, payload, refund_premise
 from testkit.crash_matrix import receipts, set_refund_status
@@ -358,3 +358,56 @@ def test_an_intent_with_nothing_after_it_is_ambiguous_until_the_service_says_it_
     assert (late.status_code, late.json()["settled"]) == (201, "committed_on_evidence")
     settled = case.receipt()
     assert (settled.final_state, settled.happened) == ("COMMITTED_ON_EVIDENCE", True)
+
+
+def test_performed_attested_before_any_dispatch_is_refused_and_the_effect_never_sent(
+    live: Live,
+) -> None:
+    """The agent is SIGKILLed after PROPOSED; the service's key says the effect was performed,
+    with no request ever acknowledged. The notary refuses it (409) and keeps it as a
+    contradiction; the restarted agent's recover() dispatches nothing, the receipt says HELD and
+    unknown, and the effect waits for a person, whose decision settles it. The service, which
+    never dedupes, acted 0 times and the receipt never says it happened."""
+    case = new_case(live, "case-early")
+    worker = spawn_armed(
+        AGENT_PROCESS,
+        case.agent("submit", "--text", TEXT, "--separate-steps"),
+        CrashPoint.AFTER_PROPOSED,
+    )
+    assert worker.returncode == -9, worker.stderr
+    assert case.kinds() == ["PROPOSED"]
+
+    early = httpx.post(
+        f"{live.notary}/v1/attestations",
+        json={"effect_id": case.effect_id, "stage": "performed", "reference": "doc_forged"},
+        headers={"Authorization": f"Bearer {live.service_token}"},
+        timeout=DEADLINE_SECONDS,
+    )
+    restarted = spawn_armed(AGENT_PROCESS, case.agent("recover"), None)
+    assert restarted.returncode == 0, restarted.stderr
+    receipt = only(restarted.stdout, "recover")
+    assert case.acts() == []
+    assert receipt["happened"] is not True, f"a wrong answer: {receipt}"
+    assert "DISPATCHED" not in case.kinds()
+    assert (receipt["final_state"], receipt.get("held_by")) == ("HELD", case.effect_id)
+    assert (receipt["happened"], receipt["contradicted"]) == ("unknown", True)
+    assert early.status_code == 409, early.text
+    assert early.json()["error"] == "not_acknowledged"
+    assert early.json()["kept_as"] == case.entries()[1].seq
+    assert case.kinds()[:2] == ["PROPOSED", "OBSERVED"]
+    waiting = Effect.objects.filter(WAITING_FOR_A_PERSON, tenant=live.tenant)
+    assert waiting.filter(effect_id=case.effect_id).exists(), "queued for a person"
+
+    services.effect_resolve(
+        tenant=live.tenant,
+        effect_id=case.effect_id,
+        happened=False,
+        reason="the service's own records show no such document",
+        by="finance",
+    )
+    again = spawn_armed(AGENT_PROCESS, case.agent("recover"), None)
+    assert again.returncode == 0, again.stderr
+    assert receipts(again.stdout) == []
+    settled = case.receipt()
+    assert (settled.final_state, settled.happened) == ("RESOLVED_NOT_HAPPENED", False)
+    assert case.acts() == [] and "DISPATCHED" not in case.kinds()

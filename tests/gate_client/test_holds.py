@@ -247,7 +247,7 @@ def test_the_rule_holds_only_a_first_attempt_by_a_waiting_effect_of_the_same_cas
     def hold(attempt: int, scope: HoldScope = HoldScope.CASE_TARGET) -> Hold | None:
         return hold_for(
             scope, effect_id=new.effect_id, proposed=_body(new), attempt=attempt,
-            candidates=candidates,
+            history=[], candidates=candidates,
         )  # fmt: skip
 
     first = hold(1)

@@ -13,8 +13,8 @@ from gate_client.receipts import derive_receipt
 from ledger.selectors import iter_entries
 from notary import services
 from notary.errors import NotaryConflict
-from notary.models import Effect, Tenant
-from testkit.factories import dispatched
+from notary.models import WAITING_FOR_A_PERSON, Effect, Tenant
+from testkit.factories import client_for, dispatched, proposed
 
 
 def attest(tenant: Tenant, effect_id: str, stage: str, reference: str = "") -> str:
@@ -77,3 +77,92 @@ def test_a_refusal_resting_on_silence_is_refused_once_an_attestation_arrived(
         services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="REFUSED", body=body)
     kinds = [e.kind for e in iter_entries(log=acme.log) if e.effect_id == effect_id]
     assert kinds == ["PROPOSED", "DISPATCHED", "OBSERVED"]
+
+
+def kinds_of(tenant: Tenant, effect_id: str) -> list[str]:
+    return [str(e.kind) for e in iter_entries(log=tenant.log) if e.effect_id == effect_id]
+
+
+def waiting(tenant: Tenant, effect_id: str) -> bool:
+    return Effect.objects.filter(WAITING_FOR_A_PERSON, tenant=tenant, effect_id=effect_id).exists()
+
+
+@pytest.mark.django_db
+def test_performed_with_no_acknowledged_intent_is_refused_kept_and_holds_the_effect(
+    acme: Tenant,
+) -> None:
+    """The agent died after PROPOSED; the service's key says it performed the effect, which no
+    request was ever acknowledged for. Refused, but kept: the effect is contradicted, waits for
+    a person, and nothing dispatches it, until the person's decision settles it."""
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = proposed(acme, "erp", "case-1")
+    with pytest.raises(NotaryConflict, match="no intent to act on it was acknowledged") as refused:
+        attest(acme, effect_id, "performed", "doc_1")
+    assert kinds_of(acme, effect_id) == ["PROPOSED", "OBSERVED"]
+    [kept] = [e for e in iter_entries(log=acme.log) if e.kind == "OBSERVED"]
+    assert refused.value.extra == {"kept_as": kept.seq} and "refused" in kept.body_value()
+    row = Effect.objects.get(tenant=acme, effect_id=effect_id)
+    assert (row.state, row.contradicted, row.held_by) == ("HELD", True, effect_id)
+    assert waiting(acme, effect_id)
+
+    for _ in range(2):  # the notary's dispatch endpoint holds it, recording the hold once
+        with pytest.raises(NotaryConflict, match="performed") as held:
+            services.effect_dispatch(
+                tenant=acme, effect_id=effect_id, attempt=1, premises=[], recovery=True
+            )
+        assert held.value.code == "held" and held.value.extra == {"held_by": effect_id}
+    assert kinds_of(acme, effect_id) == ["PROPOSED", "OBSERVED", "HELD"]
+
+    services.effect_resolve(
+        tenant=acme, effect_id=effect_id, happened=False, reason="no such document", by="fin"
+    )
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert (receipt.final_state, receipt.contradicted) == ("RESOLVED_NOT_HAPPENED", False)
+    assert not waiting(acme, effect_id)
+    with pytest.raises(NotaryConflict, match="verdict"):
+        services.effect_dispatch(
+            tenant=acme, effect_id=effect_id, attempt=1, premises=[], recovery=True
+        )
+
+
+@pytest.mark.django_db
+def test_after_a_dispatch_too_a_word_with_no_intent_answers_nothing_and_holds_any_resend(
+    acme: Tenant,
+) -> None:
+    attesting_target(acme, timedelta(milliseconds=50))
+    effect_id = dispatched(acme, "erp", "case-1")
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "not_performed")
+    assert kinds_of(acme, effect_id) == ["PROPOSED", "DISPATCHED"], "a 'not performed' is not kept"
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_1")
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
+    assert [c["kind"] for c in receipt.contradictions] == ["performed_unacknowledged"]
+    assert waiting(acme, effect_id)
+    with pytest.raises(NotaryConflict, match="contradicted"):
+        attest(acme, effect_id, "before_acting")
+    with pytest.raises(NotaryConflict, match="performed") as held:
+        services.effect_dispatch(
+            tenant=acme, effect_id=effect_id, attempt=2, premises=[], recovery=True
+        )
+    assert held.value.code == "held"
+
+
+@pytest.mark.django_db
+def test_the_api_answers_a_performed_with_no_intent_409_naming_the_entry_kept(
+    acme: Tenant,
+) -> None:
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = proposed(acme, "erp", "case-1")
+    erp = client_for(acme, "service", "erp-service", targets=["erp"])
+    answer = erp.post(
+        "/v1/attestations",
+        {"effect_id": effect_id, "stage": "performed", "reference": "doc_1"},
+        format="json",
+    )
+    assert answer.status_code == 409, answer.content
+    body = answer.json()
+    assert body["error"] == "not_acknowledged" and "kept as a contradiction" in body["detail"]
+    [kept] = [e for e in iter_entries(log=acme.log) if e.kind == "OBSERVED"]
+    assert body["kept_as"] == kept.seq

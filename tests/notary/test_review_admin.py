@@ -17,10 +17,11 @@ from ledger.core.entries import EntryKind
 from ledger.models import Entry
 from ledger.selectors import iter_entries
 from notary import services
+from notary.errors import NotaryConflict
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import ApiKey, Effect, Lease, Tenant
 from notary.selectors import api_key_for_token
-from testkit.factories import dispatched, leased, register
+from testkit.factories import dispatched, leased, proposed, register
 
 pytestmark = pytest.mark.django_db
 
@@ -418,3 +419,49 @@ def test_a_decision_is_shown_back_and_written_only_once_confirmed(ambiguous: Eff
     confirmed = fiona.post(page, {"happened": "yes", "reason": reason, "confirmed": "True"})
     assert confirmed.status_code == 302
     assert _resolved(ambiguous) == [{"by": "fiona", "happened": True, "reason": reason}]
+
+
+def test_an_effect_held_by_evidence_before_its_dispatch_is_queued_with_the_evidence_shown(
+    acme: Tenant,
+) -> None:
+    """A write-ahead service says it performed an effect that was never dispatched: refused, and
+    kept. The queue lists the effect, its page shows the contradiction and the statement marked
+    refused, and the reviewer's decision settles it for good."""
+    services.target_register(
+        tenant=acme,
+        name="erp",
+        tier=3,
+        queryable=False,
+        max_inflight=timedelta(seconds=30),
+        attests_before_acting=True,
+    )
+    effect_id = proposed(acme, "erp", "case-77")
+    with pytest.raises(NotaryConflict, match="no intent"):
+        services.attestation_record(
+            tenant=acme,
+            by="erp-service",
+            effect_id=effect_id,
+            stage="performed",
+            reference="doc_9",
+            detail="",
+        )
+    effect = Effect.objects.get(effect_id=effect_id)
+    reviewer = staff("fiona", FINANCE_REVIEWERS)
+    listed = reviewer.get("/admin/notary/ambiguouseffect/").content.decode()
+    assert f"/admin/notary/ambiguouseffect/{effect.pk}/change/" in listed
+    page = reviewer.get(f"/admin/notary/ambiguouseffect/{effect.pk}/change/").content.decode()
+    assert 'id="contradicted"' in page
+    assert "evidence says it was performed before it was dispatched" in page
+    assert "attestation: performed <strong>(refused: no intent to act on it" in page
+    assert "doc_9" in page and "Record the decision" in page
+    decided = reviewer.post(
+        f"/admin/notary/ambiguouseffect/{effect.pk}/change/",
+        {"happened": "no", "reason": "The ERP has no doc_9.", "confirmed": "True"},
+    )
+    assert decided.status_code == 302
+    effect.refresh_from_db()
+    assert (effect.state, effect.contradicted, effect.attempts) == (
+        "RESOLVED_NOT_HAPPENED",
+        False,
+        0,
+    )
