@@ -17,10 +17,12 @@ from django.utils.dateparse import parse_datetime
 from ledger.core import merkle
 from ledger.core.checkpoint import (
     CheckpointError,
+    Succession,
     TlogProof,
     log_verifier,
     make_tlog_proof,
     open_checkpoint,
+    succession,
 )
 from ledger.core.cosignature import CosignatureError, CosignerVerifier, parse_cosigner_vkey
 from ledger.core.entries import Entry as LedgerEntry
@@ -28,6 +30,7 @@ from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint, VerificationReport, verify_log
+from ledger.memory import SignedHead
 from ledger.models import Checkpoint, Cosignature, Entry, Log, MerkleNode, SigningKey, blob
 
 
@@ -383,10 +386,14 @@ def _check_size(log: Log, size: int) -> None:
         raise LedgerLookupError(f"log {log.origin} has {current} entries; no tree of size {size}")
 
 
-def checked_tree_root(*, log: Log, verifiers: Iterable[Verifier]) -> bytes:
+def checked_tree_root(
+    *, log: Log, verifiers: Iterable[Verifier], held: Sequence[tuple[str, SignedHead]] = ()
+) -> bytes:
     """The root of the log's current tree, recomputed from the stored nodes and entries and
-    checked against the head row and the latest stored checkpoint; raise TreeHeadRefused if
-    the database disagrees with itself or with what was signed before. O(log n) rows.
+    checked against the head row, the latest stored checkpoint and every head in `held` (what
+    was signed as the database cannot show: the notary's memory, the witnesses' latest, each
+    named for messages); raise TreeHeadRefused if the database disagrees with itself or with
+    what was signed before. O(log n) rows per head.
 
     `verifiers` are the keys the latest checkpoint must verify under. The caller holds the log's
     row lock (sign_checkpoint), so no append is halfway through."""
@@ -409,7 +416,38 @@ def checked_tree_root(*, log: Log, verifiers: Iterable[Verifier]) -> bytes:
     _check_last_entry(log, size)
     if latest is not None and latest.size > 0:
         _check_consistent(log, latest, size, root, list(verifiers))
+    for who, head in held:
+        _check_extends(log, who, head, size, root)
     return root
+
+
+def _check_extends(log: Log, who: str, head: SignedHead, size: int, root: bytes) -> None:
+    """The tree of `size` is `head` or, by a consistency proof from the stored nodes, extends it."""
+    step = succession(held_size=head.size, held_root=head.root, size=size, root=root)
+    if step is Succession.ROLLBACK:
+        raise TreeHeadRefused(
+            f"the log has {size} entries but {who} holds a signed tree of size {head.size}: "
+            "the log was rolled back"
+        )
+    if step is Succession.FORK:
+        raise TreeHeadRefused(
+            f"{who} holds a signed tree of size {size} with another root: the log was rewritten"
+        )
+    if step is Succession.SAME or head.size == 0:
+        return
+    try:
+        merkle.verify_consistency(
+            old_size=head.size,
+            new_size=size,
+            old_root=head.root,
+            new_root=root,
+            proof=consistency_proof(log=log, old_size=head.size, new_size=size),
+        )
+    except (ProofError, LedgerLookupError) as exc:
+        raise TreeHeadRefused(
+            f"the tree of size {size} is not consistent with the tree of size {head.size} "
+            f"{who} holds: the log was rewritten ({exc})"
+        ) from exc
 
 
 def _check_last_entry(log: Log, size: int) -> None:

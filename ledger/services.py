@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger import selectors
+from ledger import memory, selectors
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier
@@ -332,13 +332,27 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
 
     The signer's public key is published (SigningKey) with the first checkpoint it signs, which
     closes the period of the key before it, in the same transaction. A key whose period is
-    closed is refused with RetiredSigningKeyError: an old key file put back never signs again."""
+    closed is refused with RetiredSigningKeyError: an old key file put back never signs again.
+
+    What the database cannot be trusted to show is checked too: the head the notary remembers
+    signing (ledger.memory, beside the key) and the latest checkpoint each configured witness
+    holds (asked before the lock is taken). The tree must be each of them or extend it by a
+    consistency proof; a log cut back below them, or regrown or rewritten, is refused."""
+    from ledger.witnessing import witnessed_heads  # it imports this module
+
+    known = [*selectors.log_verifiers(log=log), log_verifier(log.origin, signer)]
     try:
+        held = witnessed_heads(log=log, verifiers=known)
+        try:
+            remembered = memory.remembered_head(origin=log.origin)
+        except memory.SignedMemoryError as exc:
+            raise selectors.TreeHeadRefused(str(exc)) from exc
+        if remembered is not None:
+            held.insert(0, ("the notary's memory of what it signed", remembered))
         with transaction.atomic():
             # The row lock gives a size and frontier no appender is halfway through.
             locked = Log.objects.select_for_update().get(pk=log.pk)
-            known = [*selectors.log_verifiers(log=locked), log_verifier(locked.origin, signer)]
-            root = selectors.checked_tree_root(log=locked, verifiers=known)
+            root = selectors.checked_tree_root(log=locked, verifiers=known, held=held)
             registered = _hold_signing_key(signer)
             existing = Checkpoint.objects.filter(log=locked, size=locked.size).first()
             if existing is not None:
@@ -349,6 +363,7 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
             )
             if not registered:
                 _register_signing_key(signer, since=checkpoint.created_at)
+            memory.remember_head(origin=locked.origin, head=memory.SignedHead(locked.size, root))
             transaction.on_commit(partial(_send_to_witnesses, checkpoint.pk))
             return checkpoint
     except selectors.TreeHeadRefused as refused:

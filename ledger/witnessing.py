@@ -10,16 +10,20 @@ only a warning; the beat's witness-checkpoints task sends the latest checkpoint 
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 from django.conf import settings
 
 from ledger import selectors, services
-from ledger.core.checkpoint import add_checkpoint_request
-from ledger.core.cosignature import CosignatureError, CosignerVerifier
-from ledger.models import Checkpoint, Cosignature
+from ledger.core.checkpoint import CheckpointError, add_checkpoint_request, open_checkpoint
+from ledger.core.cosignature import CosignatureError, CosignerVerifier, cosigners
+from ledger.core.note import Verifier
+from ledger.memory import SignedHead
+from ledger.models import Checkpoint, Cosignature, Log
 
 SIZE_CONTENT_TYPE = "text/x.tlog.size"
 
@@ -51,6 +55,39 @@ def configured_witnesses() -> list[WitnessEndpoint]:
         WitnessEndpoint(url, key)
         for (url, _), key in zip(settings.LEDGER_WITNESSES, keys, strict=True)
     ]
+
+
+def witnessed_heads(*, log: Log, verifiers: Sequence[Verifier]) -> list[tuple[str, SignedHead]]:
+    """The latest checkpoint of the log each configured witness holds, as signing checks it.
+
+    C2SP tlog-witness has no call for it: our witness serves it on its monitoring path
+    (GET /<origin hash>/checkpoint), a signed note that must carry the log's signature under
+    one of `verifiers` and the witness's cosignature, or it tells nothing. A witness that is
+    down or answers with nothing usable is logged and skipped: it refuses a checkpoint
+    inconsistent with what it holds when it is sent one, so signing need not wait for it."""
+    heads = []
+    with httpx.Client(timeout=settings.LEDGER_WITNESS_TIMEOUT_SECONDS) as client:
+        for witness in configured_witnesses():
+            name = witness.verifier.name
+            path = hashlib.sha256(log.origin.encode()).hexdigest()
+            try:
+                reply = client.get(f"{witness.url}/{path}/checkpoint")
+            except httpx.HTTPError as exc:
+                logger.warning("witness %s at %s unreachable: %s", name, witness.url, exc)
+                continue
+            if reply.status_code == 404:
+                continue  # it has cosigned nothing of this log
+            try:
+                if reply.status_code != 200:
+                    raise CheckpointError(f"answered {reply.status_code}")
+                held = open_checkpoint(reply.text, verifiers, origin=log.origin)
+                if name not in cosigners(reply.text, [witness.verifier]):
+                    raise CheckpointError("the checkpoint it holds carries no cosignature by it")
+            except (CheckpointError, CosignatureError) as exc:
+                logger.error("witness %s: no usable latest checkpoint of %s: %s", name, log, exc)
+                continue
+            heads.append((f"witness {name}", SignedHead(held.size, held.root)))
+    return heads
 
 
 def send_to_witnesses(*, checkpoint: Checkpoint) -> dict[str, Outcome]:

@@ -350,6 +350,10 @@ WEBHOOK_INGEST_BATCHES_PER_TASK = env_int("WEBHOOK_INGEST_BATCHES_PER_TASK", 20)
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))
+# The notary's memory of the last tree it signed for each log, outside the database (a DBA who
+# deletes checkpoints cannot make it sign a rollback); empty: `<NOTARY_SIGNING_KEY_FILE>.signed`,
+# beside the key. Keep it wherever the key is kept, and back it up with it.
+NOTARY_SIGNED_HEADS_FILE = env_str("NOTARY_SIGNED_HEADS_FILE", "")
 # Each tenant's log is named <NOTARY_ORIGIN>/<tenant slug>; it also names the log's signing key.
 NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
 # The witnesses (C2SP tlog-witness) every signed checkpoint is sent to, as "URL VKEY" pairs

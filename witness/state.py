@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.core.durable import replace_durably, write_all
+
 STATE_VERSION = 1
 
 
@@ -62,7 +64,7 @@ class StateStore:
                 for name, h in sorted(updated.items())
             },
         }
-        _replace_durably(self.path, json.dumps(document, indent=1).encode() + b"\n")
+        replace_durably(self.path, json.dumps(document, indent=1).encode() + b"\n")
         self._held = updated
 
     def record_evidence(self, event: dict[str, Any]) -> None:
@@ -70,7 +72,7 @@ class StateStore:
         line = json.dumps(event, sort_keys=True).encode() + b"\n"
         fd = os.open(self.evidence_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            _write_all(fd, line)
+            write_all(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -91,25 +93,3 @@ def _load(path: Path) -> dict[str, Held]:
         }
     except (ValueError, KeyError, TypeError) as exc:
         raise StateError(f"{path} is not a witness state file: {exc}") from exc
-
-
-def _replace_durably(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

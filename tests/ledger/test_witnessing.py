@@ -21,6 +21,7 @@ from ledger.core.checkpoint import log_verifier, open_checkpoint
 from ledger.core.cosignature import CosignerKey, parse_cosigner_vkey
 from ledger.core.note import Signer
 from ledger.models import Checkpoint, Cosignature, Log
+from ledger.selectors import TreeHeadRefused
 from notary.models import Tenant
 from testkit import insider
 from testkit.witness_process import WitnessSet, spec_cosigned_by
@@ -128,23 +129,38 @@ def test_a_forged_tree_is_refused_by_the_witness_alerted_and_never_published(
     assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == honest
 
 
-def test_a_database_restored_from_an_old_backup_is_caught_by_the_witness(
-    log: Log, signer: Signer, witnesses: WitnessSet, caplog: pytest.LogCaptureFixture
+def test_a_database_restored_from_an_old_backup_is_never_signed(
+    log: Log,
+    signer: Signer,
+    witnesses: WitnessSet,
+    caplog: pytest.LogCaptureFixture,
+    signed_heads_file: Path,
 ) -> None:
     """The witness cosigned size 5; the database is put back to a backup at size 3, which grows
-    to 4 and is signed. The witness holds 5, more than the log has: it answers 409 with 5, the
-    notary alerts, and nothing of the restored history is cosigned."""
+    to 4. The notary's memory of what it signed holds 5: signing refuses, alerted. With that
+    memory lost too, the witness's latest checkpoint, which the notary asks for before signing,
+    holds 5: signing refuses again, naming the witness. Nothing of the restored history is
+    signed."""
     witnesses.start("w1")
     grow_and_sign(log, signer, 3)
     backup = insider.back_up(log)
-    grow_and_sign(log, signer, 2)
+    assert grow_and_sign(log, signer, 2).cosignatures.count() == 1
     insider.restore(backup)
     restored = Log.objects.get(pk=log.pk)
-    with caplog.at_level(logging.CRITICAL, logger="ledger.alerts"):
-        again = grow_and_sign(restored, signer, 1)
-    assert again.size == 4 and again.cosignatures.count() == 0
-    assert "holds a cosigned tree of size 5, larger than the log (4)" in caplog.text
-    assert "rolled back" in caplog.text
+    services.append_entry(log=restored, kind="PROPOSED", body={"n": "restored"})
+    restored.refresh_from_db()
+    rolled_back = "holds a signed tree of size 5: the log was rolled back"
+    remembered = f"the notary's memory of what it signed {rolled_back}"
+    with (
+        caplog.at_level(logging.CRITICAL, logger="ledger.alerts"),
+        pytest.raises(TreeHeadRefused, match=remembered),
+    ):
+        services.sign_checkpoint(log=restored, signer=signer)
+    assert "checkpoint signing refused" in caplog.text
+    signed_heads_file.unlink()
+    with pytest.raises(TreeHeadRefused, match=f"witness w1.witness.example {rolled_back}"):
+        services.sign_checkpoint(log=restored, signer=signer)
+    assert list(Checkpoint.objects.filter(log=log).values_list("size", flat=True)) == [3]
 
 
 def test_require_cosignatures_command_sets_a_tenants_quorum(
