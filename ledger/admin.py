@@ -27,9 +27,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Log)
 class LogAdmin(ReadOnlyAdmin):
-    list_display = ["origin", "size", "required_cosignatures", "created_at"]
+    list_display = ["origin", "size", "created_at"]
     search_fields = ["origin"]
-    fields = ["origin", "size", "head_hash_hex", "required_cosignatures", "created_at"]
+    fields = ["origin", "size", "head_hash_hex", "created_at"]
 
     @admin.display(description="head hash")
     def head_hash_hex(self, obj: Log) -> str:

@@ -10,8 +10,10 @@ from functools import cached_property
 from django.db import models
 from django.db.models.lookups import IsNull
 
+from ledger.core.cosignature import CosignatureError
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, EntryKind
 from ledger.core.entries import Entry as LedgerEntry
+from ledger.keys import configured_witness_keys
 
 ORIGIN_MAX_LENGTH = 255
 
@@ -31,9 +33,6 @@ class Log(models.Model):
     head_hash = models.BinaryField(max_length=32)
     frontier = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)
-    # How many witness cosignatures a checkpoint needs before it is published (receipts,
-    # exports, /v1/checkpoints/latest); 0 publishes every signed checkpoint at once.
-    required_cosignatures = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -111,10 +110,28 @@ class Checkpoint(models.Model):
         return f"{self.log.origin} @ {self.size}"
 
     @cached_property
+    def verified_cosignatures(self) -> list[Cosignature]:
+        """The stored cosignatures that verify over this checkpoint under the key of the
+        configured witness they name: what a quorum counts and a note publishes. A row written
+        past the witnessing code (a line copied from another checkpoint, a row inserted by
+        hand) or by a witness no longer configured counts for nothing."""
+        keys = {(w.name, f"{w.key_id:08x}"): w for w in configured_witness_keys()}
+        body = self.note[: self.note.rfind("\n\n") + 1]
+        verified = []
+        for row in self.cosignatures.order_by("witness", "key_id"):
+            witness = keys.get((row.witness, row.key_id))
+            try:
+                timestamp = witness.timestamp_of(row.line, body) if witness else None
+            except CosignatureError:
+                timestamp = None
+            if timestamp is not None and timestamp == row.timestamp:
+                verified.append(row)
+        return verified
+
+    @cached_property
     def published_note(self) -> str:
-        """The signed note with every cosignature stored for it appended, as published."""
-        lines = self.cosignatures.order_by("witness", "key_id").values_list("line", flat=True)
-        return self.note + "".join(lines)
+        """The signed note with its verified cosignatures appended, as published."""
+        return self.note + "".join(row.line for row in self.verified_cosignatures)
 
 
 class Cosignature(models.Model):

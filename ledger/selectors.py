@@ -24,12 +24,13 @@ from ledger.core.checkpoint import (
     open_checkpoint,
     succession,
 )
-from ledger.core.cosignature import CosignatureError, CosignerVerifier, parse_cosigner_vkey
+from ledger.core.cosignature import CosignatureError
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint, VerificationReport, verify_log
+from ledger.keys import configured_witness_keys
 from ledger.memory import SignedHead
 from ledger.models import Checkpoint, Cosignature, Entry, Log, MerkleNode, SigningKey, blob
 
@@ -56,34 +57,36 @@ def latest_checkpoint(*, log: Log) -> Checkpoint | None:
 
 
 def published_checkpoint(*, log: Log) -> Checkpoint | None:
-    """The latest checkpoint with the cosignatures of as many witnesses as the log requires:
-    what receipts, exports and /v1/checkpoints/latest show (with its `published_note`)."""
+    """The latest checkpoint cosigned by LEDGER_COSIGNATURE_QUORUM of the configured witnesses,
+    each cosignature verified (Checkpoint.verified_cosignatures): what receipts, exports and
+    /v1/checkpoints/latest show (with its `published_note`). The quorum is configuration, not
+    a row a DBA could set to 0."""
+    quorum = settings.LEDGER_COSIGNATURE_QUORUM
     checkpoints = Checkpoint.objects.filter(log=log)
-    if log.required_cosignatures:
-        witnesses = configured_witness_keys()  # only the witnesses configured now count
-        if len(witnesses) < log.required_cosignatures:
-            return None
-        trusted = Q()
-        for witness in witnesses:
-            trusted |= Q(
-                cosignatures__witness=witness.name, cosignatures__key_id=f"{witness.key_id:08x}"
-            )
-        checkpoints = checkpoints.annotate(
-            witnesses=Count("cosignatures__witness", filter=trusted, distinct=True)
-        ).filter(witnesses__gte=log.required_cosignatures)
-    return checkpoints.order_by("-size").first()
+    if not quorum:
+        return checkpoints.order_by("-size").first()
+    witnesses = configured_witness_keys()  # only the witnesses configured now count
+    if len(witnesses) < quorum:
+        return None
+    trusted = Q()
+    for witness in witnesses:
+        trusted |= Q(
+            cosignatures__witness=witness.name, cosignatures__key_id=f"{witness.key_id:08x}"
+        )
+    # The rows narrow the search; only the cosignatures that verify count.
+    candidates = checkpoints.annotate(
+        witnesses=Count("cosignatures__witness", filter=trusted, distinct=True)
+    ).filter(witnesses__gte=quorum)
+    for checkpoint in candidates.order_by("-size").iterator(chunk_size=8):
+        if trusted_cosigners(checkpoint=checkpoint) >= quorum:
+            return checkpoint
+    return None
 
 
 def trusted_cosigners(*, checkpoint: Checkpoint) -> int:
-    """How many of the configured witnesses cosigned the checkpoint: what a quorum counts."""
-    configured = {(w.name, f"{w.key_id:08x}") for w in configured_witness_keys()}
-    stored = checkpoint.cosignatures.values_list("witness", "key_id")
-    return len(configured.intersection(stored))
-
-
-def configured_witness_keys() -> list[CosignerVerifier]:
-    """The keys of the witnesses in settings.LEDGER_WITNESSES."""
-    return [parse_cosigner_vkey(vkey) for _, vkey in settings.LEDGER_WITNESSES]
+    """How many of the configured witnesses verifiably cosigned the checkpoint: what a quorum
+    counts."""
+    return len({row.witness for row in checkpoint.verified_cosignatures})
 
 
 def cosignature_problems(*, log: Log) -> list[str]:
@@ -113,7 +116,7 @@ def cosignature_problems(*, log: Log) -> list[str]:
 
 def no_published_checkpoint(log: Log) -> str:
     """What a log without a published checkpoint lacks, for messages."""
-    required = log.required_cosignatures
+    required = settings.LEDGER_COSIGNATURE_QUORUM
     return "no signed checkpoint yet" + (f" cosigned by {required} witnesses" if required else "")
 
 

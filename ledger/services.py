@@ -399,18 +399,6 @@ def record_cosignature(
     return cosignature
 
 
-def require_cosignatures(*, log: Log, count: int) -> None:
-    """Publish the log's checkpoints only once `count` witnesses cosigned them. An UPDATE of
-    this column alone: the head row's other columns move only with appends."""
-    if not 0 <= count <= len(settings.LEDGER_WITNESSES):
-        raise LedgerInputError(
-            f"{count} cosignatures required, but {len(settings.LEDGER_WITNESSES)} witnesses "
-            "are configured (LEDGER_WITNESSES)"
-        )
-    Log.objects.filter(pk=log.pk).update(required_cosignatures=count)
-    log.required_cosignatures = count
-
-
 def _hold_signing_key(signer: Signer) -> bool:
     """Lock the signer's registry row until commit, so it cannot be retired under this signature;
     False if the key is not registered yet. For a new key, take the registry's lock (one new key

@@ -22,6 +22,7 @@ from ledger import selectors, services
 from ledger.core.checkpoint import CheckpointError, add_checkpoint_request, open_checkpoint
 from ledger.core.cosignature import CosignatureError, CosignerVerifier, cosigners
 from ledger.core.note import Verifier
+from ledger.keys import configured_witness_keys
 from ledger.memory import SignedHead
 from ledger.models import Checkpoint, Cosignature, Log
 
@@ -50,7 +51,7 @@ class Outcome(enum.StrEnum):
 
 
 def configured_witnesses() -> list[WitnessEndpoint]:
-    keys = selectors.configured_witness_keys()
+    keys = configured_witness_keys()
     return [
         WitnessEndpoint(url, key)
         for (url, _), key in zip(settings.LEDGER_WITNESSES, keys, strict=True)

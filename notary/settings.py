@@ -364,6 +364,15 @@ NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
 LEDGER_WITNESSES = parse_witnesses(env_str("LEDGER_WITNESSES", "")) + parse_witnesses(
     ",".join(read_lines(env_str("LEDGER_WITNESSES_FILE", "")))
 )
+# How many of those witnesses must have cosigned a checkpoint, each cosignature verified under
+# the witness's key, before the notary publishes it (receipts, exports, /v1/checkpoints/latest);
+# 0 publishes each checkpoint once signed. Configuration, never a database row.
+LEDGER_COSIGNATURE_QUORUM = env_int("LEDGER_COSIGNATURE_QUORUM", 0)
+if not 0 <= LEDGER_COSIGNATURE_QUORUM <= len(LEDGER_WITNESSES):
+    raise ImproperlyConfigured(
+        f"LEDGER_COSIGNATURE_QUORUM is {LEDGER_COSIGNATURE_QUORUM}, but "
+        f"{len(LEDGER_WITNESSES)} witnesses are configured (LEDGER_WITNESSES)"
+    )
 # How long one add-checkpoint request to a witness may take before the try counts as failed
 # (the beat's witness-checkpoints task tries again).
 LEDGER_WITNESS_TIMEOUT_SECONDS = float(env_int("LEDGER_WITNESS_TIMEOUT_SECONDS", 10))

@@ -14,6 +14,7 @@ import pytest
 from django.conf import LazySettings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import DatabaseError, transaction
 
 from ledger import selectors, services, tasks
 from ledger.core.checkpoint import Checkpoint as CheckpointText
@@ -22,7 +23,6 @@ from ledger.core.cosignature import CosignerKey, parse_cosigner_vkey
 from ledger.core.note import Signer
 from ledger.models import Checkpoint, Cosignature, Log
 from ledger.selectors import TreeHeadRefused
-from notary.models import Tenant
 from testkit import insider
 from testkit.witness_process import WitnessSet, spec_cosigned_by
 
@@ -66,12 +66,12 @@ def test_every_signed_checkpoint_is_cosigned_by_each_witness_and_published_with_
     assert Cosignature.objects.filter(checkpoint__log=log).count() == 6
 
 
-def test_a_log_requiring_two_cosignatures_publishes_only_what_two_witnesses_cosigned(
-    log: Log, signer: Signer, witnesses: WitnessSet
+def test_a_quorum_of_two_publishes_only_what_two_witnesses_cosigned(
+    log: Log, signer: Signer, witnesses: WitnessSet, settings: LazySettings
 ) -> None:
     witnesses.start("w1")
     second = witnesses.start("w2")
-    services.require_cosignatures(log=log, count=2)
+    settings.LEDGER_COSIGNATURE_QUORUM = 2
     both = grow_and_sign(log, signer, 2)
     witnesses.stop("w2")
     one = grow_and_sign(log, signer, 2)  # w2 is down: cosigned by w1 only
@@ -88,8 +88,6 @@ def test_a_log_requiring_two_cosignatures_publishes_only_what_two_witnesses_cosi
         "w1.witness.example": "already",
         "w2.witness.example": "already",
     }
-    with pytest.raises(services.LedgerInputError, match="2 witnesses are configured"):
-        services.require_cosignatures(log=log, count=3)
 
 
 def test_a_witness_that_lost_its_state_is_brought_forward_from_the_size_it_names(
@@ -104,13 +102,17 @@ def test_a_witness_that_lost_its_state_is_brought_forward_from_the_size_it_names
 
 
 def test_a_forged_tree_is_refused_by_the_witness_alerted_and_never_published(
-    log: Log, signer: Signer, witnesses: WitnessSet, caplog: pytest.LogCaptureFixture
+    log: Log,
+    signer: Signer,
+    witnesses: WitnessSet,
+    caplog: pytest.LogCaptureFixture,
+    settings: LazySettings,
 ) -> None:
     """The notary's key signs a tree of 7 that does not extend the 3 the witness cosigned (an
     insider with the key and the database): the witness refuses it with 422, the notary logs a
     critical alert, and the published checkpoint stays the witnessed one."""
     witnesses.start("w1")
-    services.require_cosignatures(log=log, count=1)
+    settings.LEDGER_COSIGNATURE_QUORUM = 1
     honest = grow_and_sign(log, signer, 3)
     for n in range(4):
         services.append_entry(log=log, kind="PROPOSED", body={"n": n})
@@ -163,26 +165,32 @@ def test_a_database_restored_from_an_old_backup_is_never_signed(
     assert list(Checkpoint.objects.filter(log=log).values_list("size", flat=True)) == [3]
 
 
-def test_require_cosignatures_command_sets_a_tenants_quorum(
-    acme: Tenant, witnesses: WitnessSet
+def test_the_quorum_is_configuration_no_database_statement_lowers(
+    log: Log, signer: Signer, witnesses: WitnessSet, settings: LazySettings
 ) -> None:
+    """LEDGER_COSIGNATURE_QUORUM=1 and the witness down: the checkpoint it never cosigned is not
+    published. The DBA's statement that once lowered a log's requirement to publish it (an
+    UPDATE of ledger_log.required_cosignatures to 0) finds no such column: the published
+    checkpoint stays the witnessed one."""
     witnesses.start("w1")
-    call_command("require_cosignatures", "--tenant", "acme", "--count", "1")
-    assert Log.objects.get(pk=acme.log.pk).required_cosignatures == 1
-    with pytest.raises(CommandError, match="1 witnesses are configured"):
-        call_command("require_cosignatures", "--tenant", "acme", "--count", "2")
-    with pytest.raises(CommandError, match="no tenant"):
-        call_command("require_cosignatures", "--tenant", "nobody", "--count", "0")
+    settings.LEDGER_COSIGNATURE_QUORUM = 1
+    honest = grow_and_sign(log, signer, 2)
+    witnesses.stop("w1")
+    assert grow_and_sign(log, signer, 2).size == 4
+    with pytest.raises(DatabaseError, match="required_cosignatures"), transaction.atomic():
+        insider.execute("UPDATE ledger_log SET required_cosignatures = 0 WHERE id = %s", [log.pk])
+    assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == honest
 
 
 def test_cosignature_rows_written_past_the_witnesses_count_for_nothing_and_are_reported(
-    log: Log, signer: Signer, witnesses: WitnessSet
+    log: Log, signer: Signer, witnesses: WitnessSet, settings: LazySettings
 ) -> None:
     """An insider inserts cosignature rows: one by a key no witness holds (it never counts
-    toward the quorum) and one under a configured witness's name and key id whose signature is
-    for another tree (verify_ledger reports it)."""
+    toward the quorum) and, with a plain INSERT, a configured witness's real line copied from
+    another checkpoint: it does not verify over this one, so it is neither counted nor
+    published, and verify_ledger reports it."""
     witness = witnesses.start("w1")
-    services.require_cosignatures(log=log, count=1)
+    settings.LEDGER_COSIGNATURE_QUORUM = 1
     honest = grow_and_sign(log, signer, 2)
     witnesses.stop("w1")
     unwitnessed = grow_and_sign(log, signer, 2)
@@ -199,13 +207,15 @@ def test_cosignature_rows_written_past_the_witnesses_count_for_nothing_and_are_r
 
     trusted = parse_cosigner_vkey(witness.vkey)
     replayed = honest.cosignatures.get()  # w1's real line, over the tree of size 2
-    Cosignature.objects.create(
-        checkpoint=unwitnessed,
-        witness=trusted.name,
-        key_id=f"{trusted.key_id:08x}",
-        line=replayed.line,
-        timestamp=replayed.timestamp,
+    insider.execute(
+        "INSERT INTO ledger_cosignature (checkpoint_id, witness, key_id, line, timestamp,"
+        " created_at) SELECT %s, witness, key_id, line, timestamp, now()"
+        " FROM ledger_cosignature WHERE id = %s",
+        [unwitnessed.pk, replayed.pk],
     )
+    assert unwitnessed.cosignatures.filter(witness=trusted.name).exists()
+    assert selectors.published_checkpoint(log=Log.objects.get(pk=log.pk)) == honest
+    assert Checkpoint.objects.get(pk=unwitnessed.pk).published_note == unwitnessed.note
     assert selectors.cosignature_problems(log=log) == [
         f"cosignature of checkpoint 4 by {trusted.name}: invalid cosignature by {trusted.name}"
     ]
