@@ -145,6 +145,12 @@ def export_receipts(
             "checkpoint": checkpoint.published_note,
             **prover.header(),
             "vkeys": [log_verifier(log.origin, parse_vkey(k.vkey)).vkey for k in signing_keys()],
+            # Whose cosignatures the checkpoint carries, and how many the notary requires: what
+            # the verifier checks unless the auditor names the witnesses it trusts.
+            "witnesses": {
+                "vkeys": [w.vkey for w in configured_witness_keys()],
+                "quorum": settings.LEDGER_COSIGNATURE_QUORUM,
+            },
             "range": {"first": 0, "end": end},
             "filter": {
                 "from": format_timestamp(since) if since else None,

@@ -211,7 +211,10 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
     call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=said)
     assert said.getvalue() == f"{out}: 14 lines, the log's entries [0, 24)\n"
     verified = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", key_of(shop, signer).vkey],
+        [
+            *(sys.executable, "-m", "gate_client.verify", str(out)),
+            *("--vkey", key_of(shop, signer).vkey, "--no-witnesses"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -232,6 +235,7 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
             str(tampered),
             "--vkey",
             key_of(shop, signer).vkey,
+            "--no-witnesses",
         ],
         capture_output=True,
         text=True,
@@ -666,7 +670,7 @@ def test_lease_entries_copied_into_several_receipts_are_counted_once(
     out.write_text("".join(export_receipts(tenant=acme)), encoding="utf-8")
     vkey = key_of(acme, signer).vkey
     verified = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey],
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey, "--no-witnesses"],
         capture_output=True,
         text=True,
         check=False,
