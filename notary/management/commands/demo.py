@@ -519,12 +519,14 @@ def _witnesses(signer: Signer) -> Iterator[list[RunningWitness]]:
                 vkey = parse_cosigner_skey(key.read_text()).verifier.vkey
             else:
                 vkey = witness_keygen(key, f"{name}.{DEMO_DOMAIN}")
+            state = WITNESS_DIR / f"{name}.state"
             started.append(
                 spawn_witness(
                     key=key,
                     vkey=vkey,
-                    state=WITNESS_DIR / f"{name}.state",
+                    state=state,
                     logs=["--log-family", family],
+                    init=not state.exists(),  # the first run; later runs keep what it cosigned
                 )
             )
         yield started
