@@ -72,7 +72,9 @@ class CheckpointAdmin(ReadOnlyAdmin):
 
     @admin.display(description="cosigned by")
     def witnesses(self, obj: Checkpoint) -> str:
-        return ", ".join(sorted({c.witness for c in obj.cosignatures.all()})) or "-"
+        """The configured witnesses whose cosignature verifies: a row written by hand shows
+        nothing here either."""
+        return ", ".join(sorted({c.witness for c in obj.verified_cosignatures})) or "-"
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).prefetch_related("cosignatures")

@@ -66,9 +66,12 @@ def witnessed_heads(*, log: Log, verifiers: Sequence[Verifier]) -> list[tuple[st
     one of `verifiers` and the witness's cosignature, or it tells nothing. A witness that is
     down or answers with nothing usable is logged and skipped: it refuses a checkpoint
     inconsistent with what it holds when it is sent one, so signing need not wait for it."""
-    heads = []
+    heads: list[tuple[str, SignedHead]] = []
+    witnesses = configured_witnesses()
+    if not witnesses:
+        return heads
     with httpx.Client(timeout=settings.LEDGER_WITNESS_TIMEOUT_SECONDS) as client:
-        for witness in configured_witnesses():
+        for witness in witnesses:
             name = witness.verifier.name
             path = hashlib.sha256(log.origin.encode()).hexdigest()
             try:

@@ -231,6 +231,16 @@ def test_a_rollback_with_its_checkpoints_removed_is_never_signed(
     assert "was signed, but the log has only 30 entries" in failure
 
 
+def test_a_damaged_memory_of_what_was_signed_stops_signing(
+    held: Held, signer: object, caplog: pytest.LogCaptureFixture, signed_heads_file: Path
+) -> None:
+    """The memory beside the key overwritten with something else: nothing is signed until an
+    operator looks, rather than signing as if nothing had been signed before."""
+    signed_heads_file.write_text("{}", encoding="utf-8")
+    grow(held.log, 40, 41)
+    assert_signing_refused(held.log, signer, caplog, "is not the notary's signed heads")
+
+
 def test_cut_and_regrow_is_never_signed_over_a_stored_checkpoint(
     held: Held, signer: object, caplog: pytest.LogCaptureFixture
 ) -> None:
