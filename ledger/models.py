@@ -112,22 +112,26 @@ class Checkpoint(models.Model):
     @cached_property
     def verified_cosignatures(self) -> list[Cosignature]:
         """The stored cosignatures that verify over this checkpoint under the key of the
-        configured witness they name: what a quorum counts and a note publishes. A row written
-        past the witnessing code (a line copied from another checkpoint, a row inserted by
-        hand) or by a witness no longer configured counts for nothing."""
+        configured witness they name, the newest of each witness: what a quorum counts and a
+        note publishes. A row written past the witnessing code (a line copied from another
+        checkpoint, a row inserted by hand) or by a witness no longer configured counts for
+        nothing."""
         keys = {(w.name, f"{w.key_id:08x}"): w for w in configured_witness_keys()}
         body = self.note[: self.note.rfind("\n\n") + 1]
-        verified = []
+        verified: dict[tuple[str, str], Cosignature] = {}
         # Sorted here, not by the query, so a prefetch of the rows (the admin's) serves it.
-        for row in sorted(self.cosignatures.all(), key=lambda r: (r.witness, r.key_id)):
+        rows = sorted(self.cosignatures.all(), key=lambda r: (r.witness, r.key_id, -r.timestamp))
+        for row in rows:
             witness = keys.get((row.witness, row.key_id))
+            if witness is None or (row.witness, row.key_id) in verified:
+                continue
             try:
-                timestamp = witness.timestamp_of(row.line, body) if witness else None
+                timestamp = witness.timestamp_of(row.line, body)
             except CosignatureError:
                 timestamp = None
             if timestamp is not None and timestamp == row.timestamp:
-                verified.append(row)
-        return verified
+                verified[row.witness, row.key_id] = row
+        return list(verified.values())
 
     @cached_property
     def published_note(self) -> str:
@@ -137,7 +141,9 @@ class Checkpoint(models.Model):
 
 class Cosignature(models.Model):
     """A witness's cosignature/v1 of a checkpoint (C2SP tlog-cosignature): stored only once it
-    verifies under the witness's configured key, and append-only like the checkpoint."""
+    verifies under the witness's configured key, and append-only like the checkpoint. A witness
+    cosigns the latest checkpoint again when asked (a log that has not grown); the newest of its
+    cosignatures is the one published, so verifiers' freshness bounds hold for an idle log."""
 
     checkpoint = models.ForeignKey(
         Checkpoint, on_delete=models.PROTECT, related_name="cosignatures"
@@ -151,7 +157,8 @@ class Cosignature(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["checkpoint", "witness", "key_id"], name="cosignature_once_per_witness"
+                fields=["checkpoint", "witness", "key_id", "timestamp"],
+                name="cosignature_once_per_witness_time",
             ),
         ]
 

@@ -385,7 +385,8 @@ def record_cosignature(
     *, checkpoint: Checkpoint, witness: CosignerVerifier, line: str
 ) -> Cosignature:
     """Keep a witness's cosignature of the checkpoint once it verifies under the witness's key;
-    CosignatureError if it does not, or is by another key. Recording it again is a no-op."""
+    CosignatureError if it does not, or is by another key. Recording it again is a no-op; a
+    later cosignature of the same checkpoint (a refresh) is kept beside it."""
     body = checkpoint.note[: checkpoint.note.rfind("\n\n") + 1]
     timestamp = witness.timestamp_of(line, body)
     if timestamp is None:
@@ -394,7 +395,8 @@ def record_cosignature(
         checkpoint=checkpoint,
         witness=witness.name,
         key_id=f"{witness.key_id:08x}",
-        defaults={"line": line, "timestamp": timestamp},
+        timestamp=timestamp,
+        defaults={"line": line},
     )
     return cosignature
 

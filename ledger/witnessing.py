@@ -12,11 +12,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
 from django.conf import settings
+from django.db.models import Max
 
 from ledger import selectors, services
 from ledger.core.checkpoint import CheckpointError, add_checkpoint_request, open_checkpoint
@@ -44,7 +46,7 @@ class WitnessEndpoint:
 
 class Outcome(enum.StrEnum):
     COSIGNED = "cosigned"
-    ALREADY = "already"  # this witness cosigned the checkpoint before
+    ALREADY = "already"  # this witness cosigned the checkpoint, within the refresh interval
     SUPERSEDED = "superseded"  # the witness cosigned a larger checkpoint of this log already
     REFUSED = "refused"  # the witness refused it, or answered with no valid cosignature
     UNREACHABLE = "unreachable"
@@ -108,12 +110,15 @@ def send_to_witness(
     *, checkpoint: Checkpoint, witness: WitnessEndpoint, client: httpx.Client
 ) -> Outcome:
     """One add-checkpoint exchange, from the size the witness last cosigned; when the witness
-    answers 409 with the size it holds (it lost or skipped a cosignature), once more from it."""
+    answers 409 with the size it holds (it lost or skipped a cosignature), once more from it.
+    A checkpoint the witness cosigned is sent again (from its own size, with an empty proof)
+    once its newest cosignature is LEDGER_COSIGNATURE_REFRESH_SECONDS old: an idle log's
+    published checkpoint then carries cosignatures fresh enough for verifiers' bounds."""
     name, log = witness.verifier.name, checkpoint.log
-    cosigned = Cosignature.objects.filter(
+    newest = Cosignature.objects.filter(
         checkpoint=checkpoint, witness=name, key_id=witness.key_id
-    )
-    if cosigned.exists():
+    ).aggregate(newest=Max("timestamp"))["newest"]
+    if newest is not None and time.time() - newest < settings.LEDGER_COSIGNATURE_REFRESH_SECONDS:
         return Outcome.ALREADY
     old_size = selectors.witnessed_size(log=log, witness=name, key_id=witness.key_id)
     for _ in range(2):
@@ -121,8 +126,8 @@ def send_to_witness(
             return Outcome.SUPERSEDED
         proof = (
             selectors.consistency_proof(log=log, old_size=old_size, new_size=checkpoint.size)
-            if old_size > 0
-            else []  # from nothing: the spec's empty proof
+            if 0 < old_size < checkpoint.size
+            else []  # from nothing, or the same tree again: the spec's empty proof
         )
         body = add_checkpoint_request(
             old_size=old_size, proof=proof, signed_checkpoint=checkpoint.note

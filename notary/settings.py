@@ -373,6 +373,10 @@ if not 0 <= LEDGER_COSIGNATURE_QUORUM <= len(LEDGER_WITNESSES):
         f"LEDGER_COSIGNATURE_QUORUM is {LEDGER_COSIGNATURE_QUORUM}, but "
         f"{len(LEDGER_WITNESSES)} witnesses are configured (LEDGER_WITNESSES)"
     )
+# A checkpoint the witnesses cosigned is sent to them again once its newest cosignature is this
+# old (the beat's witness-checkpoints task), so the published checkpoint of a log that has not
+# grown carries cosignatures within verifiers' freshness bound (a day, by default).
+LEDGER_COSIGNATURE_REFRESH_SECONDS = env_int("LEDGER_COSIGNATURE_REFRESH_SECONDS", 3600)
 # How long one add-checkpoint request to a witness may take before the try counts as failed
 # (the beat's witness-checkpoints task tries again).
 LEDGER_WITNESS_TIMEOUT_SECONDS = float(env_int("LEDGER_WITNESS_TIMEOUT_SECONDS", 10))

@@ -27,9 +27,10 @@ ALG_COSIGNATURE_V1 = 0x04
 HEADER = "cosignature/v1\n"
 MAX_TIMESTAMP = 2**63 - 1
 # How old a cosignature a verifier accepts by default: a checkpoint the witnesses cosigned
-# longer ago may be a log rolled back to an old cosigned head. A day, since the notary signs
-# (and the witnesses cosign) a checkpoint every NOTARY_CHECKPOINT_INTERVAL_SECONDS of a log
-# that grows; an auditor checking an older export names the instant to verify it as of.
+# longer ago may be a log rolled back to an old cosigned head. A day, since the notary has a
+# log's latest checkpoint cosigned again every LEDGER_COSIGNATURE_REFRESH_SECONDS (an hour)
+# even when it does not grow; an auditor checking an older export names the instant to verify
+# it as of.
 DEFAULT_MAX_COSIGNATURE_AGE = 24 * 3600
 # A cosignature this far past the instant verified as of is still the witness's clock ahead.
 CLOCK_SKEW = 300

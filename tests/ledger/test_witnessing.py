@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ledger.core.note import Signer
 from ledger.models import Checkpoint, Cosignature, Log
 from ledger.selectors import TreeHeadRefused
 from testkit import insider
+from testkit.inbox import wait_for
 from testkit.witness_process import WitnessSet, spec_cosigned_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -85,9 +87,31 @@ def test_a_quorum_of_two_publishes_only_what_two_witnesses_cosigned(
     assert published == one
     assert spec_cosigned_by(published.published_note, second.vkey) is not None
     assert tasks.witness_latest_checkpoints()[log.origin] == {
-        "w1.witness.example": "already",
+        "w1.witness.example": "already",  # cosigned within LEDGER_COSIGNATURE_REFRESH_SECONDS
         "w2.witness.example": "already",
     }
+
+
+def test_an_idle_logs_checkpoint_is_cosigned_again_once_its_cosignatures_age(
+    log: Log, signer: Signer, witnesses: WitnessSet, settings: LazySettings
+) -> None:
+    """The log does not grow: the beat's task asks the witness again once its cosignature is
+    LEDGER_COSIGNATURE_REFRESH_SECONDS old, and the published note carries only the newer."""
+    witness = witnesses.start("w1")
+    settings.LEDGER_COSIGNATURE_QUORUM = 1
+    checkpoint = grow_and_sign(log, signer, 3)
+    first = spec_cosigned_by(checkpoint.published_note, witness.vkey)
+    assert first is not None
+    assert tasks.witness_latest_checkpoints()[log.origin] == {"w1.witness.example": "already"}
+    settings.LEDGER_COSIGNATURE_REFRESH_SECONDS = 1
+    wait_for(lambda: time.time() >= first + 2)  # the witness's clock counts whole seconds
+    assert tasks.witness_latest_checkpoints()[log.origin] == {"w1.witness.example": "cosigned"}
+    published = selectors.published_checkpoint(log=Log.objects.get(pk=log.pk))
+    assert published == checkpoint
+    again = spec_cosigned_by(published.published_note, witness.vkey)
+    assert again is not None and again > first
+    assert published.published_note.count("\u2014 w1.witness.example ") == 1
+    assert checkpoint.cosignatures.count() == 2  # both kept, append-only
 
 
 def test_a_witness_that_lost_its_state_is_brought_forward_from_the_size_it_names(
