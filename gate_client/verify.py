@@ -1,8 +1,10 @@
 """Verify a receipts export offline: no Django, no network, only the export and trusted keys.
 
     python -m gate_client.verify EXPORT --vkey VKEY [--vkey VKEY ...]
-        [--witness VKEY ... [--witness-quorum K]] [--known-checkpoint FILE ...] [--summary CSV]
-    python -m gate_client.verify RECEIPT.json --vkey VKEY [--witness VKEY ...]
+        [--witness VKEY ... [--witness-quorum K] | --no-witnesses]
+        [--max-cosignature-age SECONDS] [--as-of INSTANT]
+        [--known-checkpoint FILE ...] [--summary CSV]
+    python -m gate_client.verify RECEIPT.json --vkey VKEY (--witness VKEY ... | --no-witnesses)
 
 RECEIPT.json is one receipt as GET /v1/effects/<id>/receipt serves it: its checkpoint must open
 under a trusted key (and carry the witnesses' cosignatures), every entry be proved in its tree,
@@ -13,9 +15,14 @@ verdicts:
   under its own name only, which must be the log's origin (`GET /v1/logs/<origin>/vkey`), so
   one log's key never vouches for another log's export;
 - witnesses: the checkpoint carries valid cosignatures (C2SP tlog-cosignature) of at least
-  --witness-quorum (default: all) of the --witness keys: witnesses cosign only trees consistent
-  with every one they cosigned before, so a log cannot show this export one history and them
-  another;
+  --witness-quorum (default: all) of the --witness keys, or without --witness of the witnesses
+  the export's header names (at its stated quorum, never fewer than one): witnesses cosign only
+  trees consistent with every one they cosigned before, so a log cannot show this export one
+  history and them another. Each counted cosignature must be fresh, made at most
+  --max-cosignature-age seconds (default a day) before now, or before --as-of INSTANT when the
+  auditor checks an old export as of a moment of their choosing (the export's own time is the
+  notary's word, not evidence): a log rolled back to an old cosigned checkpoint shows stale
+  ones. Only --no-witnesses skips this verdict, and says so;
 - integrity: every entry's bytes are proved included in that checkpoint's tree (in v3 and v2,
   within its subtree, whose hash the header states and which, with the others, makes the
   signed root; in v1, by its C2SP tlog-proof against the checkpoint; in v3 an entry a receipt
@@ -50,7 +57,7 @@ import stat
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -82,7 +89,11 @@ from ledger.core.checkpoint import (
     parse_tlog_proof,
     succession,
 )
-from ledger.core.cosignature import CosignatureError, WitnessPolicy
+from ledger.core.cosignature import (
+    DEFAULT_MAX_COSIGNATURE_AGE,
+    CosignatureError,
+    WitnessPolicy,
+)
 from ledger.core.entries import Entry, EntryKind, entry_from_envelope, entry_from_leaf
 from ledger.core.merkle import Frontier, ProofError, verify_inclusion
 from ledger.core.note import NoteError, Verifier, parse_vkey
@@ -95,7 +106,7 @@ from ledger.core.subtrees import (
 
 FORMATS = (EXPORT_FORMAT, SUBTREES_TEXT_FORMAT, TLOG_PROOF_FORMAT)
 VERDICTS = ("authenticity", "witnesses", "integrity", "completeness", "history")
-UNWITNESSED = WitnessPolicy()  # no witness trusted, none required
+UNWITNESSED = WitnessPolicy()  # no witness trusted, none required: only --no-witnesses
 
 
 class Failure(Exception):
@@ -119,7 +130,32 @@ class Report:
     findings: Counter[str] = field(default_factory=Counter)  # RECONCILED entries, by finding
     known: int = 0  # known checkpoints the export's tree was found consistent with
     cosigned_by: dict[str, int] = field(default_factory=dict)  # trusted witness -> timestamp
+    witnesses: WitnessPolicy = UNWITNESSED  # what the cosignatures were checked against
+    named: bool = False  # the witnesses are those the export names, not the auditor's
     summary: Summary = field(default_factory=lambda: Summary())
+
+
+@dataclass(frozen=True)
+class NamedWitnesses:
+    """Check the witnesses the export's header names, at the quorum it states and never fewer
+    than one, with cosignatures at most `max_age` seconds older than `as_of` (None: now). The
+    CLI's default: an export that names none is refused, never passed unwitnessed."""
+
+    max_age: int = DEFAULT_MAX_COSIGNATURE_AGE
+    as_of: int | None = None
+
+    def policy(self, header: dict[str, Any]) -> WitnessPolicy:
+        named = _named_witnesses(header.get("witnesses", {"vkeys": [], "quorum": 0}))
+        if not named.witnesses:
+            raise Failure(
+                "witnesses",
+                "line 1",
+                "the export names no witnesses, so nothing shows its checkpoint is the one the "
+                "witnesses saw: give the witnesses you trust (--witness VKEY), or --no-witnesses "
+                "to verify it unwitnessed",
+            )
+        quorum = max(1, named.quorum)
+        return replace(named, quorum=quorum, max_age=self.max_age, as_of=self.as_of)
 
 
 @dataclass(frozen=True)
@@ -135,7 +171,7 @@ def verify_export(
     trusted: Iterable[Verifier],
     *,
     known: Iterable[KnownCheckpoint] = (),
-    witnesses: WitnessPolicy = UNWITNESSED,
+    witnesses: WitnessPolicy | NamedWitnesses = UNWITNESSED,
 ) -> Report:
     """Check an export line by line; raise Failure at the first thing wrong."""
     numbered = enumerate(lines, start=1)
@@ -143,8 +179,10 @@ def verify_export(
     keys = list(trusted)
     checkpoint = _authentic_checkpoint(header, keys)
     cut = _Cut.of(header, checkpoint)
+    named = isinstance(witnesses, NamedWitnesses)
+    policy = witnesses.policy(header) if isinstance(witnesses, NamedWitnesses) else witnesses
     try:
-        cosigned_by = witnesses.check(header["checkpoint"])
+        cosigned_by = policy.check(header["checkpoint"])
     except CosignatureError as exc:
         raise Failure("witnesses", "line 1", str(exc)) from exc
     held = _History.of(list(known), keys, header["checkpoint"], checkpoint)
@@ -160,6 +198,8 @@ def verify_export(
         origin=header["origin"],
         size=checkpoint.size,
         cosigned_by=cosigned_by,
+        witnesses=policy,
+        named=named,
     )
     for number, raw in numbered:
         where = f"line {number}"
@@ -782,7 +822,25 @@ def _header(raw: bytes) -> dict[str, Any]:
         raise Failure("authenticity", "line 1", f"no readable header: {exc}") from exc
     if not ok:
         raise Failure("authenticity", "line 1", f"not an {EXPORT_FORMAT} header")
+    if "witnesses" in header:
+        _named_witnesses(header["witnesses"])
     return dict(header)
+
+
+def _named_witnesses(named: Any) -> WitnessPolicy:
+    """The header's `witnesses` ({"vkeys": [...], "quorum": k}) as a policy: whose
+    cosignatures the notary publishes, and how many it requires."""
+    try:
+        if not isinstance(named, dict) or set(named) != {"vkeys", "quorum"}:
+            raise TypeError("not an object of vkeys and quorum")
+        vkeys, quorum = named["vkeys"], named["quorum"]
+        if not isinstance(vkeys, list) or not all(isinstance(v, str) for v in vkeys):
+            raise TypeError("vkeys is not a list of cosigner vkeys")
+        if not isinstance(quorum, int) or isinstance(quorum, bool):
+            raise TypeError("quorum is not a number")
+        return WitnessPolicy.of(vkeys, quorum)
+    except (TypeError, CosignatureError) as exc:
+        raise Failure("authenticity", "line 1", f"the header's witnesses: {exc}") from exc
 
 
 def _record(raw: bytes, where: str) -> dict[str, Any]:
@@ -802,14 +860,16 @@ def main(argv: list[str] | None = None) -> int:
         trusted = [parse_vkey(vkey) for vkey in args.vkey]
     except NoteError as exc:
         parser.error(f"--vkey: {exc}")
-    try:
-        witnesses = WitnessPolicy.of(args.witness, args.witness_quorum)
-    except CosignatureError as exc:
-        parser.error(f"--witness: {exc}")
+    witnesses = _witness_policy(parser, args)
     served = _served_receipt(args.export)
     if served is not None:
         if args.known_checkpoint or args.summary:
             parser.error("--known-checkpoint and --summary are for exports, not one receipt")
+        if isinstance(witnesses, NamedWitnesses):
+            parser.error(
+                "a receipt names no witnesses: give the ones you trust (--witness VKEY), or "
+                "--no-witnesses to check it unwitnessed"
+            )
         return _check_one_receipt(served, trusted, witnesses)
     known = _known_checkpoints(parser, args.known_checkpoint)
     with args.export.open("rb") as export:
@@ -817,14 +877,50 @@ def main(argv: list[str] | None = None) -> int:
             with _Progress(export) as lines:
                 report = verify_export(lines, trusted, known=known, witnesses=witnesses)
         except Failure as failure:
-            _print_failure(failure, witnesses)
+            _print_failure(failure)
             return 1
-    _print_report(report, witnesses)
+    _print_report(report)
     if args.summary is not None:
         with args.summary.open("w", newline="", encoding="utf-8") as out:
             report.summary.write_csv(out)
         print(f"summary: {len(report.summary.rows):,} rows written to {args.summary}")
     return 0
+
+
+def _witness_policy(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> WitnessPolicy | NamedWitnesses:
+    """The auditor's witnesses (--witness), none (--no-witnesses), or by default those the
+    export names; with the freshness bound and the instant verified as of."""
+    if args.max_cosignature_age <= 0:
+        parser.error("--max-cosignature-age: a positive number of seconds")
+    as_of = _instant(parser, args.as_of) if args.as_of is not None else None
+    if args.no_witnesses:
+        if args.witness or args.witness_quorum is not None:
+            parser.error("--no-witnesses checks no witnesses: give it without --witness")
+        return UNWITNESSED
+    if not args.witness:
+        if args.witness_quorum is not None:
+            parser.error("--witness-quorum counts the --witness keys: give them")
+        return NamedWitnesses(max_age=args.max_cosignature_age, as_of=as_of)
+    try:
+        policy = WitnessPolicy.of(args.witness, args.witness_quorum)
+    except CosignatureError as exc:
+        parser.error(f"--witness: {exc}")
+    return replace(policy, max_age=args.max_cosignature_age, as_of=as_of)
+
+
+def _instant(parser: argparse.ArgumentParser, text: str) -> int:
+    """--as-of: seconds since the Unix epoch, or an ISO 8601 time with its offset."""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        parser.error(f"--as-of {text!r}: Unix seconds or an ISO 8601 time with its offset")
+    return int(moment.timestamp())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -853,6 +949,27 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="K",
         help="how many of the --witness keys must have cosigned the checkpoint (default: all)",
+    )
+    parser.add_argument(
+        "--no-witnesses",
+        action="store_true",
+        help="check no cosignatures: without --witness, the witnesses the export names are "
+        "checked, and an export naming none is refused",
+    )
+    parser.add_argument(
+        "--max-cosignature-age",
+        type=int,
+        default=DEFAULT_MAX_COSIGNATURE_AGE,
+        metavar="SECONDS",
+        help="count only cosignatures made at most this long before now, or before --as-of "
+        f"(default: {DEFAULT_MAX_COSIGNATURE_AGE}, a day): an old cosigned checkpoint served "
+        "again is what a rollback looks like",
+    )
+    parser.add_argument(
+        "--as-of",
+        metavar="INSTANT",
+        help="verify as of this instant (Unix seconds, or ISO 8601 with an offset) instead of "
+        "now: for an export made before the freshness bound",
     )
     parser.add_argument(
         "--known-checkpoint",
@@ -912,11 +1029,11 @@ def _check_one_receipt(
         names = ", ".join(sorted(checked.cosigned_by))
         print(f"witnesses: OK  cosigned by {names}, {witnesses.quorum} required")
     else:
-        print("witnesses: not checked: no --witness given")
+        print("witnesses: not checked: --no-witnesses given")
     return 0
 
 
-def _print_failure(failure: Failure, witnesses: WitnessPolicy) -> None:
+def _print_failure(failure: Failure) -> None:
     for verdict in VERDICTS:
         if verdict == failure.verdict:
             print(f"{verdict}: FAIL at {failure.where}: {failure.detail}")
@@ -924,14 +1041,14 @@ def _print_failure(failure: Failure, witnesses: WitnessPolicy) -> None:
             print("authenticity: OK  checkpoint signed by a trusted key")
         elif verdict == "witnesses" and failure.verdict != "authenticity":
             # Checked right after authenticity: any later failure means it held.
-            print(f"witnesses: {_witnessed(witnesses)}")
+            print("witnesses: OK  checked before the failure")
         else:
             print(f"{verdict}: not decided: verification stops at the first failure")
 
 
-def _print_report(report: Report, witnesses: WitnessPolicy) -> None:
+def _print_report(report: Report) -> None:
     print(f"authenticity: OK  checkpoint of {report.origin} at size {report.size}, trusted key")
-    print(f"witnesses: {_witnessed(witnesses, report)}")
+    print(f"witnesses: {_witnessed(report)}")
     print(
         f"integrity: OK  {report.receipts:,} receipts re-derived from their entries, "
         f"{report.proved:,} entries proved in the tree (and {report.copies:,} copies of "
@@ -999,15 +1116,25 @@ class _Progress:
         return f"verifying: {self._mark():,} MiB read"
 
 
-def _witnessed(witnesses: WitnessPolicy, report: Report | None = None) -> str:
+def _witnessed(report: Report) -> str:
+    witnesses = report.witnesses
     if not witnesses.witnesses:
-        return "not checked: no --witness given"
-    if report is None:
-        return f"OK  cosigned by at least {witnesses.quorum} trusted witnesses"
+        return "not checked: --no-witnesses given"
     names = ", ".join(sorted(report.cosigned_by))
+    whose = (
+        f"the {len(witnesses.witnesses)} witnesses the export names"
+        if report.named
+        else f"{len(witnesses.witnesses)} trusted witnesses"
+    )
+    fresh = (
+        f", each within {witnesses.max_age} s of "
+        + ("now" if witnesses.as_of is None else str(witnesses.as_of))
+        if witnesses.max_age is not None
+        else ""
+    )
     return (
-        f"OK  cosigned by {len(report.cosigned_by)} of {len(witnesses.witnesses)} trusted "
-        f"witnesses ({names}), {witnesses.quorum} required"
+        f"OK  cosigned by {len(report.cosigned_by)} of {whose} ({names}), "
+        f"{witnesses.quorum} required{fresh}"
     )
 
 

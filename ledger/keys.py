@@ -1,5 +1,5 @@
 """The notary's signing key on disk: created once, readable only by its owner, and replaced only
-by rotation, which keeps every retired key beside it."""
+by rotation, which keeps every retired key beside it; and the keys of its configured witnesses."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ from pathlib import Path
 
 from django.conf import settings
 
+from ledger.core.cosignature import CosignerVerifier, parse_cosigner_vkey
 from ledger.core.note import NoteError, Signer, parse_skey
 
 
 class SigningKeyError(Exception):
     """The signing key file is missing, unreadable or malformed."""
+
+
+def configured_witness_keys() -> list[CosignerVerifier]:
+    """The keys of the witnesses in settings.LEDGER_WITNESSES: the only ones whose cosignatures
+    count."""
+    return [parse_cosigner_vkey(vkey) for _, vkey in settings.LEDGER_WITNESSES]
 
 
 def write_signing_key(*, path: Path, name: str) -> Signer:

@@ -10,8 +10,10 @@ from functools import cached_property
 from django.db import models
 from django.db.models.lookups import IsNull
 
+from ledger.core.cosignature import CosignatureError
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH, EntryKind
 from ledger.core.entries import Entry as LedgerEntry
+from ledger.keys import configured_witness_keys
 
 ORIGIN_MAX_LENGTH = 255
 
@@ -31,9 +33,6 @@ class Log(models.Model):
     head_hash = models.BinaryField(max_length=32)
     frontier = models.BinaryField(default=b"")
     created_at = models.DateTimeField(auto_now_add=True)
-    # How many witness cosignatures a checkpoint needs before it is published (receipts,
-    # exports, /v1/checkpoints/latest); 0 publishes every signed checkpoint at once.
-    required_cosignatures = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -111,15 +110,40 @@ class Checkpoint(models.Model):
         return f"{self.log.origin} @ {self.size}"
 
     @cached_property
+    def verified_cosignatures(self) -> list[Cosignature]:
+        """The stored cosignatures that verify over this checkpoint under the key of the
+        configured witness they name, the newest of each witness: what a quorum counts and a
+        note publishes. A row written past the witnessing code (a line copied from another
+        checkpoint, a row inserted by hand) or by a witness no longer configured counts for
+        nothing."""
+        keys = {(w.name, f"{w.key_id:08x}"): w for w in configured_witness_keys()}
+        body = self.note[: self.note.rfind("\n\n") + 1]
+        verified: dict[tuple[str, str], Cosignature] = {}
+        # Sorted here, not by the query, so a prefetch of the rows (the admin's) serves it.
+        rows = sorted(self.cosignatures.all(), key=lambda r: (r.witness, r.key_id, -r.timestamp))
+        for row in rows:
+            witness = keys.get((row.witness, row.key_id))
+            if witness is None or (row.witness, row.key_id) in verified:
+                continue
+            try:
+                timestamp = witness.timestamp_of(row.line, body)
+            except CosignatureError:
+                timestamp = None
+            if timestamp is not None and timestamp == row.timestamp:
+                verified[row.witness, row.key_id] = row
+        return list(verified.values())
+
+    @cached_property
     def published_note(self) -> str:
-        """The signed note with every cosignature stored for it appended, as published."""
-        lines = self.cosignatures.order_by("witness", "key_id").values_list("line", flat=True)
-        return self.note + "".join(lines)
+        """The signed note with its verified cosignatures appended, as published."""
+        return self.note + "".join(row.line for row in self.verified_cosignatures)
 
 
 class Cosignature(models.Model):
     """A witness's cosignature/v1 of a checkpoint (C2SP tlog-cosignature): stored only once it
-    verifies under the witness's configured key, and append-only like the checkpoint."""
+    verifies under the witness's configured key, and append-only like the checkpoint. A witness
+    cosigns the latest checkpoint again when asked (a log that has not grown); the newest of its
+    cosignatures is the one published, so verifiers' freshness bounds hold for an idle log."""
 
     checkpoint = models.ForeignKey(
         Checkpoint, on_delete=models.PROTECT, related_name="cosignatures"
@@ -133,7 +157,8 @@ class Cosignature(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["checkpoint", "witness", "key_id"], name="cosignature_once_per_witness"
+                fields=["checkpoint", "witness", "key_id", "timestamp"],
+                name="cosignature_once_per_witness_time",
             ),
         ]
 

@@ -17,17 +17,21 @@ from django.utils.dateparse import parse_datetime
 from ledger.core import merkle
 from ledger.core.checkpoint import (
     CheckpointError,
+    Succession,
     TlogProof,
     log_verifier,
     make_tlog_proof,
     open_checkpoint,
+    succession,
 )
-from ledger.core.cosignature import CosignatureError, CosignerVerifier, parse_cosigner_vkey
+from ledger.core.cosignature import CosignatureError
 from ledger.core.entries import Entry as LedgerEntry
 from ledger.core.entries import genesis_hash
 from ledger.core.merkle import Frontier, NodeId, ProofError, leaf_hash
 from ledger.core.note import Verifier, parse_vkey
 from ledger.core.verify import LogHead, SignedCheckpoint, VerificationReport, verify_log
+from ledger.keys import configured_witness_keys
+from ledger.memory import SignedHead
 from ledger.models import Checkpoint, Cosignature, Entry, Log, MerkleNode, SigningKey, blob
 
 
@@ -53,34 +57,36 @@ def latest_checkpoint(*, log: Log) -> Checkpoint | None:
 
 
 def published_checkpoint(*, log: Log) -> Checkpoint | None:
-    """The latest checkpoint with the cosignatures of as many witnesses as the log requires:
-    what receipts, exports and /v1/checkpoints/latest show (with its `published_note`)."""
+    """The latest checkpoint cosigned by LEDGER_COSIGNATURE_QUORUM of the configured witnesses,
+    each cosignature verified (Checkpoint.verified_cosignatures): what receipts, exports and
+    /v1/checkpoints/latest show (with its `published_note`). The quorum is configuration, not
+    a row a DBA could set to 0."""
+    quorum = settings.LEDGER_COSIGNATURE_QUORUM
     checkpoints = Checkpoint.objects.filter(log=log)
-    if log.required_cosignatures:
-        witnesses = configured_witness_keys()  # only the witnesses configured now count
-        if len(witnesses) < log.required_cosignatures:
-            return None
-        trusted = Q()
-        for witness in witnesses:
-            trusted |= Q(
-                cosignatures__witness=witness.name, cosignatures__key_id=f"{witness.key_id:08x}"
-            )
-        checkpoints = checkpoints.annotate(
-            witnesses=Count("cosignatures__witness", filter=trusted, distinct=True)
-        ).filter(witnesses__gte=log.required_cosignatures)
-    return checkpoints.order_by("-size").first()
+    if not quorum:
+        return checkpoints.order_by("-size").first()
+    witnesses = configured_witness_keys()  # only the witnesses configured now count
+    if len(witnesses) < quorum:
+        return None
+    trusted = Q()
+    for witness in witnesses:
+        trusted |= Q(
+            cosignatures__witness=witness.name, cosignatures__key_id=f"{witness.key_id:08x}"
+        )
+    # The rows narrow the search; only the cosignatures that verify count.
+    candidates = checkpoints.annotate(
+        witnesses=Count("cosignatures__witness", filter=trusted, distinct=True)
+    ).filter(witnesses__gte=quorum)
+    for checkpoint in candidates.order_by("-size").iterator(chunk_size=8):
+        if trusted_cosigners(checkpoint=checkpoint) >= quorum:
+            return checkpoint
+    return None
 
 
 def trusted_cosigners(*, checkpoint: Checkpoint) -> int:
-    """How many of the configured witnesses cosigned the checkpoint: what a quorum counts."""
-    configured = {(w.name, f"{w.key_id:08x}") for w in configured_witness_keys()}
-    stored = checkpoint.cosignatures.values_list("witness", "key_id")
-    return len(configured.intersection(stored))
-
-
-def configured_witness_keys() -> list[CosignerVerifier]:
-    """The keys of the witnesses in settings.LEDGER_WITNESSES."""
-    return [parse_cosigner_vkey(vkey) for _, vkey in settings.LEDGER_WITNESSES]
+    """How many of the configured witnesses verifiably cosigned the checkpoint: what a quorum
+    counts."""
+    return len({row.witness for row in checkpoint.verified_cosignatures})
 
 
 def cosignature_problems(*, log: Log) -> list[str]:
@@ -110,7 +116,7 @@ def cosignature_problems(*, log: Log) -> list[str]:
 
 def no_published_checkpoint(log: Log) -> str:
     """What a log without a published checkpoint lacks, for messages."""
-    required = log.required_cosignatures
+    required = settings.LEDGER_COSIGNATURE_QUORUM
     return "no signed checkpoint yet" + (f" cosigned by {required} witnesses" if required else "")
 
 
@@ -383,10 +389,14 @@ def _check_size(log: Log, size: int) -> None:
         raise LedgerLookupError(f"log {log.origin} has {current} entries; no tree of size {size}")
 
 
-def checked_tree_root(*, log: Log, verifiers: Iterable[Verifier]) -> bytes:
+def checked_tree_root(
+    *, log: Log, verifiers: Iterable[Verifier], held: Sequence[tuple[str, SignedHead]] = ()
+) -> bytes:
     """The root of the log's current tree, recomputed from the stored nodes and entries and
-    checked against the head row and the latest stored checkpoint; raise TreeHeadRefused if
-    the database disagrees with itself or with what was signed before. O(log n) rows.
+    checked against the head row, the latest stored checkpoint and every head in `held` (what
+    was signed as the database cannot show: the notary's memory, the witnesses' latest, each
+    named for messages); raise TreeHeadRefused if the database disagrees with itself or with
+    what was signed before. O(log n) rows per head.
 
     `verifiers` are the keys the latest checkpoint must verify under. The caller holds the log's
     row lock (sign_checkpoint), so no append is halfway through."""
@@ -409,7 +419,38 @@ def checked_tree_root(*, log: Log, verifiers: Iterable[Verifier]) -> bytes:
     _check_last_entry(log, size)
     if latest is not None and latest.size > 0:
         _check_consistent(log, latest, size, root, list(verifiers))
+    for who, head in held:
+        _check_extends(log, who, head, size, root)
     return root
+
+
+def _check_extends(log: Log, who: str, head: SignedHead, size: int, root: bytes) -> None:
+    """The tree of `size` is `head` or, by a consistency proof from the stored nodes, extends it."""
+    step = succession(held_size=head.size, held_root=head.root, size=size, root=root)
+    if step is Succession.ROLLBACK:
+        raise TreeHeadRefused(
+            f"the log has {size} entries but {who} holds a signed tree of size {head.size}: "
+            "the log was rolled back"
+        )
+    if step is Succession.FORK:
+        raise TreeHeadRefused(
+            f"{who} holds a signed tree of size {size} with another root: the log was rewritten"
+        )
+    if step is Succession.SAME or head.size == 0:
+        return
+    try:
+        merkle.verify_consistency(
+            old_size=head.size,
+            new_size=size,
+            old_root=head.root,
+            new_root=root,
+            proof=consistency_proof(log=log, old_size=head.size, new_size=size),
+        )
+    except (ProofError, LedgerLookupError) as exc:
+        raise TreeHeadRefused(
+            f"the tree of size {size} is not consistent with the tree of size {head.size} "
+            f"{who} holds: the log was rewritten ({exc})"
+        ) from exc
 
 
 def _check_last_entry(log: Log, size: int) -> None:

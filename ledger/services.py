@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from ledger import selectors
+from ledger import memory, selectors
 from ledger.core.canonical import CanonicalJSONError, canonical_json
 from ledger.core.checkpoint import Checkpoint as CheckpointText
 from ledger.core.checkpoint import log_verifier
@@ -332,13 +332,27 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
 
     The signer's public key is published (SigningKey) with the first checkpoint it signs, which
     closes the period of the key before it, in the same transaction. A key whose period is
-    closed is refused with RetiredSigningKeyError: an old key file put back never signs again."""
+    closed is refused with RetiredSigningKeyError: an old key file put back never signs again.
+
+    What the database cannot be trusted to show is checked too: the head the notary remembers
+    signing (ledger.memory, beside the key) and the latest checkpoint each configured witness
+    holds (asked before the lock is taken). The tree must be each of them or extend it by a
+    consistency proof; a log cut back below them, or regrown or rewritten, is refused."""
+    from ledger.witnessing import witnessed_heads  # it imports this module
+
+    known = [*selectors.log_verifiers(log=log), log_verifier(log.origin, signer)]
     try:
+        held = witnessed_heads(log=log, verifiers=known)
+        try:
+            remembered = memory.remembered_head(origin=log.origin)
+        except memory.SignedMemoryError as exc:
+            raise selectors.TreeHeadRefused(str(exc)) from exc
+        if remembered is not None:
+            held.insert(0, ("the notary's memory of what it signed", remembered))
         with transaction.atomic():
             # The row lock gives a size and frontier no appender is halfway through.
             locked = Log.objects.select_for_update().get(pk=log.pk)
-            known = [*selectors.log_verifiers(log=locked), log_verifier(locked.origin, signer)]
-            root = selectors.checked_tree_root(log=locked, verifiers=known)
+            root = selectors.checked_tree_root(log=locked, verifiers=known, held=held)
             registered = _hold_signing_key(signer)
             existing = Checkpoint.objects.filter(log=locked, size=locked.size).first()
             if existing is not None:
@@ -349,6 +363,7 @@ def sign_checkpoint(*, log: Log, signer: Signer) -> Checkpoint:
             )
             if not registered:
                 _register_signing_key(signer, since=checkpoint.created_at)
+            memory.remember_head(origin=locked.origin, head=memory.SignedHead(locked.size, root))
             transaction.on_commit(partial(_send_to_witnesses, checkpoint.pk))
             return checkpoint
     except selectors.TreeHeadRefused as refused:
@@ -370,7 +385,8 @@ def record_cosignature(
     *, checkpoint: Checkpoint, witness: CosignerVerifier, line: str
 ) -> Cosignature:
     """Keep a witness's cosignature of the checkpoint once it verifies under the witness's key;
-    CosignatureError if it does not, or is by another key. Recording it again is a no-op."""
+    CosignatureError if it does not, or is by another key. Recording it again is a no-op; a
+    later cosignature of the same checkpoint (a refresh) is kept beside it."""
     body = checkpoint.note[: checkpoint.note.rfind("\n\n") + 1]
     timestamp = witness.timestamp_of(line, body)
     if timestamp is None:
@@ -379,21 +395,10 @@ def record_cosignature(
         checkpoint=checkpoint,
         witness=witness.name,
         key_id=f"{witness.key_id:08x}",
-        defaults={"line": line, "timestamp": timestamp},
+        timestamp=timestamp,
+        defaults={"line": line},
     )
     return cosignature
-
-
-def require_cosignatures(*, log: Log, count: int) -> None:
-    """Publish the log's checkpoints only once `count` witnesses cosigned them. An UPDATE of
-    this column alone: the head row's other columns move only with appends."""
-    if not 0 <= count <= len(settings.LEDGER_WITNESSES):
-        raise LedgerInputError(
-            f"{count} cosignatures required, but {len(settings.LEDGER_WITNESSES)} witnesses "
-            "are configured (LEDGER_WITNESSES)"
-        )
-    Log.objects.filter(pk=log.pk).update(required_cosignatures=count)
-    log.required_cosignatures = count
 
 
 def _hold_signing_key(signer: Signer) -> bool:

@@ -36,7 +36,7 @@ def sign_due_checkpoints() -> list[int]:
 @shared_task  # type: ignore[untyped-decorator]
 def witness_checkpoint(checkpoint_id: int) -> dict[str, str]:
     """Send one signed checkpoint to the configured witnesses; a witness that cosigned it
-    already is not asked again, so rerunning is safe."""
+    within LEDGER_COSIGNATURE_REFRESH_SECONDS is not asked again, so rerunning is safe."""
     checkpoint = Checkpoint.objects.select_related("log").filter(pk=checkpoint_id).first()
     if checkpoint is None:
         return {}
@@ -46,7 +46,8 @@ def witness_checkpoint(checkpoint_id: int) -> dict[str, str]:
 @shared_task  # type: ignore[untyped-decorator]
 def witness_latest_checkpoints() -> dict[str, dict[str, str]]:
     """Send each log's latest checkpoint to the witnesses that have not cosigned it (one was
-    down, or the notary stopped before the first try)."""
+    down, or the notary stopped before the first try), or whose newest cosignature of it is
+    LEDGER_COSIGNATURE_REFRESH_SECONDS old (the log has not grown)."""
     if not settings.LEDGER_WITNESSES:
         return {}
     sent = {}

@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+
 from gate_client.export_format import (
     CITE_WINDOW,
     EXPORT_FORMAT,
@@ -74,10 +76,10 @@ from ledger.core.subtrees import (
     subtree_ranges,
     verify_in_subtree,
 )
+from ledger.keys import configured_witness_keys
 from ledger.models import Checkpoint, Entry, Log
 from ledger.selectors import (
     LedgerLookupError,
-    configured_witness_keys,
     entries_at,
     fetch_nodes,
     latest_checkpoint,
@@ -143,6 +145,12 @@ def export_receipts(
             "checkpoint": checkpoint.published_note,
             **prover.header(),
             "vkeys": [log_verifier(log.origin, parse_vkey(k.vkey)).vkey for k in signing_keys()],
+            # Whose cosignatures the checkpoint carries, and how many the notary requires: what
+            # the verifier checks unless the auditor names the witnesses it trusts.
+            "witnesses": {
+                "vkeys": [w.vkey for w in configured_witness_keys()],
+                "quorum": settings.LEDGER_COSIGNATURE_QUORUM,
+            },
             "range": {"first": 0, "end": end},
             "filter": {
                 "from": format_timestamp(since) if since else None,
@@ -184,7 +192,7 @@ def _unobserved(done: int, total: int) -> None:
 def unpublished(tenant: Tenant) -> str:
     """Why the tenant's log has no published checkpoint to export, and what gives it one."""
     log = tenant.log
-    required = log.required_cosignatures
+    required = settings.LEDGER_COSIGNATURE_QUORUM
     latest = latest_checkpoint(log=log)
     if latest is None:
         witnessed = f", and cosigned by the {required} witnesses it requires" if required else ""
@@ -199,11 +207,10 @@ def unpublished(tenant: Tenant) -> str:
     short = f" (only {configured} configured)" if configured < required else ""
     return (
         f"log {log.origin} publishes a checkpoint only once {required} of its witnesses "
-        f"(LEDGER_WITNESSES) cosigned it, and none is yet: its latest, of size {latest.size}, "
-        f"is cosigned by {cosigned}{short}. Each checkpoint is sent to the witnesses once "
-        "signed, and again on the notary's beat: check that they run and are reachable, then "
-        "export again, or require fewer with "
-        f"`manage.py require_cosignatures --tenant {tenant.slug} --count K`"
+        f"(LEDGER_WITNESSES) cosigned it (LEDGER_COSIGNATURE_QUORUM), and none is yet: its "
+        f"latest, of size {latest.size}, is verifiably cosigned by {cosigned}{short}. Each "
+        "checkpoint is sent to the witnesses once signed, and again on the notary's beat: check "
+        "that they run and are reachable, then export again"
     )
 
 

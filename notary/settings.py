@@ -350,6 +350,10 @@ WEBHOOK_INGEST_BATCHES_PER_TASK = env_int("WEBHOOK_INGEST_BATCHES_PER_TASK", 20)
 
 # The notary's Ed25519 key for checkpoints, in the signed-note "PRIVATE+KEY+..." form.
 NOTARY_SIGNING_KEY_FILE = Path(env_str("NOTARY_SIGNING_KEY_FILE", str(VAR_DIR / "signing.key")))
+# The notary's memory of the last tree it signed for each log, outside the database (a DBA who
+# deletes checkpoints cannot make it sign a rollback); empty: `<NOTARY_SIGNING_KEY_FILE>.signed`,
+# beside the key. Keep it wherever the key is kept, and back it up with it.
+NOTARY_SIGNED_HEADS_FILE = env_str("NOTARY_SIGNED_HEADS_FILE", "")
 # Each tenant's log is named <NOTARY_ORIGIN>/<tenant slug>; it also names the log's signing key.
 NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
 # The witnesses (C2SP tlog-witness) every signed checkpoint is sent to, as "URL VKEY" pairs
@@ -360,6 +364,19 @@ NOTARY_ORIGIN = env_str("NOTARY_ORIGIN", "notary.interlock.example")
 LEDGER_WITNESSES = parse_witnesses(env_str("LEDGER_WITNESSES", "")) + parse_witnesses(
     ",".join(read_lines(env_str("LEDGER_WITNESSES_FILE", "")))
 )
+# How many of those witnesses must have cosigned a checkpoint, each cosignature verified under
+# the witness's key, before the notary publishes it (receipts, exports, /v1/checkpoints/latest);
+# 0 publishes each checkpoint once signed. Configuration, never a database row.
+LEDGER_COSIGNATURE_QUORUM = env_int("LEDGER_COSIGNATURE_QUORUM", 0)
+if not 0 <= LEDGER_COSIGNATURE_QUORUM <= len(LEDGER_WITNESSES):
+    raise ImproperlyConfigured(
+        f"LEDGER_COSIGNATURE_QUORUM is {LEDGER_COSIGNATURE_QUORUM}, but "
+        f"{len(LEDGER_WITNESSES)} witnesses are configured (LEDGER_WITNESSES)"
+    )
+# A checkpoint the witnesses cosigned is sent to them again once its newest cosignature is this
+# old (the beat's witness-checkpoints task), so the published checkpoint of a log that has not
+# grown carries cosignatures within verifiers' freshness bound (a day, by default).
+LEDGER_COSIGNATURE_REFRESH_SECONDS = env_int("LEDGER_COSIGNATURE_REFRESH_SECONDS", 3600)
 # How long one add-checkpoint request to a witness may take before the try counts as failed
 # (the beat's witness-checkpoints task tries again).
 LEDGER_WITNESS_TIMEOUT_SECONDS = float(env_int("LEDGER_WITNESS_TIMEOUT_SECONDS", 10))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/interlock")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -14,6 +15,13 @@ from notary.settings import *  # noqa: F403
 from notary.settings import DATABASES
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Each test's database starts empty, and so must the notary's memory of what it signed:
+# tests/conftest.py gives each test its own, a process started with these settings its own (a
+# setting, not the environment, which processes a test starts would share); never the one
+# beside a real key.
+NOTARY_SIGNED_HEADS_FILE = os.environ.get("NOTARY_SIGNED_HEADS_FILE") or os.path.join(
+    tempfile.mkdtemp(), "signed-heads.json"
+)
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # transactional_db tests end in a TRUNCATE of every table, which the ledger refuses

@@ -123,10 +123,25 @@ def witness_keygen(path: Path, name: str) -> str:
     return made.stdout.strip()
 
 
-def spawn_witness(*, key: Path, vkey: str, state: Path, logs: Sequence[str]) -> RunningWitness:
+def witness_init(state: Path) -> None:
+    """Create a new witness's state with the witness's own `init`."""
+    subprocess.run(
+        witness_command("init", "--state", str(state)),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+
+
+def spawn_witness(
+    *, key: Path, vkey: str, state: Path, logs: Sequence[str], init: bool = False
+) -> RunningWitness:
     """Start a witness on a free port with `--log`/`--log-family` arguments `logs`, e.g.
-    ["--log-family", "PREFIX=VKEY"]; return once it answers /healthz. Its stderr goes to the
-    state file's name with the suffix `.stderr`."""
+    ["--log-family", "PREFIX=VKEY"], on a new state first if `init`; return once it answers
+    /healthz. Its stderr goes to the state file's name with the suffix `.stderr`."""
+    if init:
+        witness_init(state)
     port = free_port()
     stderr = state.with_suffix(".stderr")
     process = subprocess.Popen(
@@ -158,7 +173,8 @@ class WitnessSet:
         settings.LEDGER_WITNESSES = []
 
     def start(self, name: str, *, fresh_state: bool = False) -> RunningWitness:
-        """Start the witness `name` (key name `<name>.witness.example`), or restart it."""
+        """Start the witness `name` (key name `<name>.witness.example`) on a new state, or
+        restart it; `fresh_state`: its operator deletes the state and initialises a new one."""
         key, state = self.folder / f"{name}.key", self.folder / f"{name}.state"
         if name in self.running:
             vkey = self.running[name].vkey
@@ -167,7 +183,13 @@ class WitnessSet:
             vkey = witness_keygen(key, f"{name}.witness.example")
         if fresh_state:
             state.unlink()
-        running = spawn_witness(key=key, vkey=vkey, state=state, logs=["--log-family", self.family])
+        running = spawn_witness(
+            key=key,
+            vkey=vkey,
+            state=state,
+            logs=["--log-family", self.family],
+            init=not state.exists(),
+        )
         self.running[name] = running
         listed = [(u, v) for u, v in self.settings.LEDGER_WITNESSES if v != vkey]
         self.settings.LEDGER_WITNESSES = [*listed, (running.url, vkey)]

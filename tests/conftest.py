@@ -20,6 +20,14 @@ hypothesis_settings.register_profile("interlock", deadline=None)
 hypothesis_settings.load_profile("interlock")
 
 
+@pytest.fixture(autouse=True)
+def signed_heads_file(tmp_path: Path, settings: LazySettings) -> Path:
+    """A memory of signed heads of this test's own (its database is its own too)."""
+    path = tmp_path / "signed-heads.json"
+    settings.NOTARY_SIGNED_HEADS_FILE = str(path)
+    return path
+
+
 @pytest.fixture
 def signing_key_file(tmp_path: Path, settings: LazySettings) -> Path:
     """A fresh notary signing key, installed as NOTARY_SIGNING_KEY_FILE for this test."""

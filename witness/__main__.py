@@ -1,6 +1,8 @@
 """`python -m witness --key FILE --state FILE --log ORIGIN=VKEY ... [--log-family PREFIX=VKEY ...]
 --listen HOST:PORT` serves a witness; `python -m witness keygen --name NAME --key FILE` writes a
-new key and prints its vkey; `python -m witness vkey --key FILE` prints the vkey of a key file."""
+new key and prints its vkey; `python -m witness vkey --key FILE` prints the vkey of a key file;
+`python -m witness init --state FILE` creates a new witness's empty state, once: a witness never
+starts on a missing state, nor on one rolled back."""
 
 from __future__ import annotations
 
@@ -118,6 +120,12 @@ def vkey(args: argparse.Namespace) -> int:
     return 0
 
 
+def init(args: argparse.Namespace) -> int:
+    StateStore.initialise(args.state)
+    print(f"witness state {args.state} initialised, holding no checkpoint")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m witness", description=__doc__)
     commands = parser.add_subparsers(dest="command")
@@ -128,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser("vkey", help="print the vkey of a witness key file")
     show.add_argument("--key", required=True, type=Path)
     show.set_defaults(run=vkey)
+    start = commands.add_parser(
+        "init", help="create a new witness's empty state file (never over an existing one)"
+    )
+    start.add_argument("--state", required=True, type=Path)
+    start.set_defaults(run=init)
     return parser
 
 
@@ -150,7 +163,7 @@ def build_serve_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("keygen", "vkey"):
+    if argv and argv[0] in ("keygen", "vkey", "init"):
         args = build_parser().parse_args(argv)
     else:
         args = build_serve_parser().parse_args(argv[1:] if argv[:1] == ["serve"] else argv)

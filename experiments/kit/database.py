@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -28,13 +30,20 @@ def _maintenance(database_url: str, statement: str) -> None:
         conn.execute(sql.SQL(statement).format(sql.Identifier(name)))
 
 
+def signed_heads_file(database_url: str) -> Path:
+    """The notary's memory of what it signed on this bench database: new with the database."""
+    return Path(tempfile.gettempdir()) / f"{database_name(database_url)}.signed-heads.json"
+
+
 def recreate_database(database_url: str) -> None:
-    """Drop and create the bench database; refuse a name without "bench"."""
+    """Drop and create the bench database, and forget what was signed on it; refuse a name
+    without "bench"."""
     name = database_name(database_url)
     if "bench" not in name:
         raise SystemExit(f"refusing to drop database {name!r}: its name must contain 'bench'")
     _maintenance(database_url, "DROP DATABASE IF EXISTS {} WITH (FORCE)")
     _maintenance(database_url, "CREATE DATABASE {}")
+    signed_heads_file(database_url).unlink(missing_ok=True)
 
 
 def drop_database(database_url: str) -> None:
@@ -45,6 +54,7 @@ def setup_django(database_url: str) -> None:
     """Load the real settings against the bench database (the parent and every child)."""
     os.environ["DATABASE_URL"] = database_url
     os.environ["DJANGO_SETTINGS_MODULE"] = "notary.settings"
+    os.environ["NOTARY_SIGNED_HEADS_FILE"] = str(signed_heads_file(database_url))
     # DEBUG keeps every query in memory, which production does not pay; off, it needs a key.
     os.environ["DEBUG"] = "false"
     os.environ["SECRET_KEY"] = "bench-only-secret-key-not-for-production"

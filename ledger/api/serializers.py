@@ -45,7 +45,7 @@ class CheckpointOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["origin", "size", "note", "cosigned_by"]
 
     def get_cosigned_by(self, checkpoint: Checkpoint) -> list[str]:
-        return sorted({c.witness for c in checkpoint.cosignatures.all()})
+        return sorted({c.witness for c in checkpoint.verified_cosignatures})
 
 
 class InclusionProofQuery(serializers.Serializer):  # type: ignore[type-arg]

@@ -1,6 +1,6 @@
 """C2SP tlog-cosignature `cosignature/v1` (Ed25519): keys, key ids, the signed message, and the
-one rule for a witnessed checkpoint (`require_cosignatures`) that the witness, the notary, the
-gate's journal and the offline verifier share.
+one rule for a witnessed checkpoint (`require_cosignatures`, and how fresh a cosignature must be:
+`WitnessPolicy`) that the witness, the notary, the gate's journal and the offline verifier share.
 
 - key id: SHA-256(name || 0x0A || 0x04 || 32-byte public key)[:4]
 - signature line: ``— <name> base64(key id || u64 big-endian timestamp || Ed25519 signature)``
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,6 +26,14 @@ from ledger.core.note import NoteError, is_valid_key_name, parse_signature_line,
 ALG_COSIGNATURE_V1 = 0x04
 HEADER = "cosignature/v1\n"
 MAX_TIMESTAMP = 2**63 - 1
+# How old a cosignature a verifier accepts by default: a checkpoint the witnesses cosigned
+# longer ago may be a log rolled back to an old cosigned head. A day, since the notary has a
+# log's latest checkpoint cosigned again every LEDGER_COSIGNATURE_REFRESH_SECONDS (an hour)
+# even when it does not grow; an auditor checking an older export names the instant to verify
+# it as of.
+DEFAULT_MAX_COSIGNATURE_AGE = 24 * 3600
+# A cosignature this far past the instant verified as of is still the witness's clock ahead.
+CLOCK_SKEW = 300
 _SIG_PREFIX = "\u2014 "
 
 
@@ -155,13 +164,26 @@ def require_cosignatures(
     return found
 
 
+def fresh_cosigners(
+    found: dict[str, int], *, as_of: int, max_age: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Split verified cosigners (name -> timestamp) into those cosigned within `max_age`
+    seconds before `as_of` (or up to CLOCK_SKEW after it) and the others."""
+    fresh = {n: t for n, t in found.items() if as_of - max_age <= t <= as_of + CLOCK_SKEW}
+    return fresh, {n: t for n, t in found.items() if n not in fresh}
+
+
 @dataclass(frozen=True)
 class WitnessPolicy:
     """Whom a client trusts to witness a log, and how many of them must have cosigned a
-    checkpoint before the client accepts it (no witnesses: none required)."""
+    checkpoint before the client accepts it (no witnesses: none required); with `max_age`,
+    only cosignatures made at most that many seconds before `as_of` (a Unix time; None: the
+    clock when checked) count, so an old cosigned checkpoint served again is refused."""
 
     witnesses: tuple[CosignerVerifier, ...] = ()
     quorum: int = 0
+    max_age: int | None = None
+    as_of: int | None = None
 
     @classmethod
     def of(cls, vkeys: Iterable[str], quorum: int | None = None) -> WitnessPolicy:
@@ -175,8 +197,25 @@ class WitnessPolicy:
         return cls(witnesses, required)
 
     def check(self, note: str) -> dict[str, int]:
-        """The note's cosigners (name -> timestamp); CosignatureError short of the quorum."""
-        return require_cosignatures(note, self.witnesses, quorum=self.quorum)
+        """The note's fresh cosigners (name -> timestamp); CosignatureError short of the
+        quorum, naming the stale ones."""
+        found = require_cosignatures(note, self.witnesses, quorum=self.quorum)
+        if self.max_age is None:
+            return found
+        as_of = int(time.time()) if self.as_of is None else self.as_of
+        fresh, stale = fresh_cosigners(found, as_of=as_of, max_age=self.max_age)
+        if len(fresh) < self.quorum:
+            ages = ", ".join(
+                f"{name} at {timestamp} ({as_of - timestamp} s before {as_of})"
+                for name, timestamp in sorted(stale.items())
+            )
+            raise CosignatureError(
+                f"the checkpoint is cosigned by {len(fresh)} of the trusted witnesses within "
+                f"{self.max_age} s of {as_of}, {self.quorum} required; stale or future "
+                f"cosignatures: {ages}. An old cosigned checkpoint served again is what a "
+                "rollback looks like; to check an old export, name the instant to verify it as of"
+            )
+        return fresh
 
 
 def parse_cosigner_vkey(text: str) -> CosignerVerifier:

@@ -96,13 +96,21 @@ def test_a_restored_backup_is_a_rollback_the_agent_reports(
     [(20, "forked: two roots at size 20"), (25, "size 25 is not consistent with size 20")],
 )
 def test_a_regrown_log_is_a_fork_the_agent_reports(
-    notary_url: str, signer: Signer, tmp_path: Path, regrow_to: int, reported: str
+    notary_url: str,
+    signer: Signer,
+    tmp_path: Path,
+    regrow_to: int,
+    reported: str,
+    signed_heads_file: Path,
 ) -> None:
     tenant = services.tenant_create(slug="shop", name="Shop")
     state = tmp_path / "checkpoint.json"
     backup, _, at_20 = seen_at_20(notary_url, tenant, signer, state)
     restore(backup)
     grow(tenant.log, 10, regrow_to, tag="forged")
+    # The insider has the key's host too: the notary's memory of size 20 goes, or it would
+    # refuse to sign (tests/ledger/test_history_attacks.py); the agent still holds 20.
+    signed_heads_file.unlink()
     forged = signed(tenant.log, signer)  # consistent with the checkpoint at 10 the notary kept
     vkeys = [log_verifier(tenant.log.origin, signer).vkey]
     journal = NotaryJournal(notary_url, agent(tenant), checkpoint_file=state, vkeys=vkeys)

@@ -1,31 +1,39 @@
 """Issue 16: witnesses end to end. Two real witness processes cosign what the notary signs; an
 agent (NotaryJournal against a live notary under gunicorn) and an auditor (`python -m
-gate_client.verify` on a real export) that require their cosignatures accept the witnessed
-history and refuse a tree no witness cosigned: an insider with the database and the notary's
-key regrows a restored log to a forked tree of the same size, signs it and sets the tenant's
-requirement to 0 so the notary publishes it. Agents that never saw the honest tree are not
-fooled, because the witnesses refused the fork (422, alerted) and never cosigned it."""
+gate_client.verify` on a real export) accept the witnessed history. Then the attack as a DBA
+makes it, with the PostgreSQL superuser's statements: the log cut back to an older size both
+witnesses cosigned, the checkpoints and cosignatures above it deleted, and the quorum "row"
+set to 0. The notary refuses to sign anything on the cut log (its memory of what it signed,
+beside its key, and the witnesses' latest both hold the larger tree), the UPDATE of the quorum
+finds no such column, an agent that saw the larger tree reports the rollback, and the auditor's
+verifier, given no witness flag, refuses the old cosigned checkpoint served again as stale,
+while accepting it verified as of the time it was current."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import LazySettings
+from django.db import DatabaseError, transaction
 
-from gate_client.notary_journal import NotaryError, NotaryJournal
+from gate_client.notary_journal import HistoryRewritten, NotaryError, NotaryJournal
 from ledger import services as ledger_services
 from ledger.core.checkpoint import log_verifier
 from ledger.core.note import Signer
-from ledger.models import Log
+from ledger.models import Checkpoint, Log
+from ledger.selectors import TreeHeadRefused, published_checkpoint
 from ledger.services import NewEntry
 from notary import services
 from notary.exports import export_receipts
 from notary.models import Tenant
-from testkit.insider import back_up, restore
+from testkit.inbox import wait_for
+from testkit.insider import back_up, execute, restore
 from testkit.notary_server import running_notary
 from testkit.paths import child_database_url
 from testkit.witness_process import WitnessSet, spec_cosigned_by
@@ -34,11 +42,27 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def notary_url(transactional_db: None, tmp_path: Path, witnesses: WitnessSet) -> Iterator[str]:
-    """The live notary, configured with the witnesses (only theirs count toward a quorum)."""
+def quorum() -> int:
+    """How many of the two witnesses must cosign a checkpoint before it is published."""
+    return 2
+
+
+@pytest.fixture
+def notary_url(
+    transactional_db: None,
+    tmp_path: Path,
+    witnesses: WitnessSet,
+    settings: LazySettings,
+    quorum: int,
+) -> Iterator[str]:
+    """The live notary, configured with the witnesses and the quorum (the test process, which
+    signs, with the same)."""
+    settings.LEDGER_COSIGNATURE_QUORUM = quorum
     listed = ", ".join(f"{url} {vkey}" for url, vkey in witnesses.settings.LEDGER_WITNESSES)
     with running_notary(
-        child_database_url(), tmp_path, settings={"LEDGER_WITNESSES": listed}
+        child_database_url(),
+        tmp_path,
+        settings={"LEDGER_WITNESSES": listed, "LEDGER_COSIGNATURE_QUORUM": str(quorum)},
     ) as url:
         yield url
 
@@ -77,49 +101,83 @@ def verify(tenant: Tenant, signer: Signer, tmp_path: Path, *args: str) -> tuple[
     return done.returncode, done.stdout + done.stderr
 
 
-def test_agents_and_auditors_accept_only_what_the_witnesses_cosigned(
-    notary_url: str, signer: Signer, witnesses: WitnessSet, tmp_path: Path
+def cosigned_at(note: str, witnesses: WitnessSet) -> int:
+    """When the witnesses cosigned the note: the later of their cosignature times."""
+    times = [spec_cosigned_by(note, w.vkey) for w in witnesses.running.values()]
+    assert None not in times, note
+    return max(t for t in times if t is not None)
+
+
+def test_a_log_cut_back_to_an_older_cosigned_size_is_refused_by_the_notary_and_the_verifier(
+    notary_url: str,
+    signer: Signer,
+    witnesses: WitnessSet,
+    tmp_path: Path,
+    signed_heads_file: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     tenant = services.tenant_create(slug="shop", name="Shop")
-    ledger_services.require_cosignatures(log=tenant.log, count=2)
+    log = tenant.log
     w1, w2 = witnesses.running["w1"], witnesses.running["w2"]
-    grow_and_sign(tenant.log, signer, 0, 10)
-    backup = back_up(tenant.log)
-    grow_and_sign(tenant.log, signer, 10, 20)
+    grow_and_sign(log, signer, 0, 10)
+    at_10 = published_checkpoint(log=log)
+    assert at_10 is not None and at_10.size == 10
+    t1 = cosigned_at(at_10.published_note, witnesses)
+    backup = back_up(log)
+    # The next cosignatures a few seconds later (the witnesses' clocks count whole seconds).
+    wait_for(lambda: time.time() >= t1 + 3)
+    grow_and_sign(log, signer, 10, 20)
     trusted = [w1.vkey, w2.vkey]
-
-    with NotaryJournal(notary_url, agent(tenant), witnesses=trusted) as journal:
+    seen = tmp_path / "seen.json"
+    with NotaryJournal(
+        notary_url, agent(tenant), witnesses=trusted, checkpoint_file=seen
+    ) as journal:
         honest = journal.check_history()
         assert honest is not None and honest.size == 20
-        note = journal.seen_checkpoint
-        assert note is not None
-        assert spec_cosigned_by(note, w1.vkey) and spec_cosigned_by(note, w2.vkey)
-    code, out = verify(tenant, signer, tmp_path, "--witness", w1.vkey, "--witness", w2.vkey)
+        at_20 = journal.seen_checkpoint
+        assert at_20 is not None
+    t2 = cosigned_at(at_20, witnesses)
+    bound = str(t2 - t1 - 1)  # the cosignatures of size 20 are fresh, those of 10 are not
+    code, out = verify(tenant, signer, tmp_path, "--max-cosignature-age", bound, "--as-of", str(t2))
     assert code == 0, out
-    assert "witnesses: OK  cosigned by 2 of 2 trusted witnesses" in out
+    assert "witnesses: OK  cosigned by 2 of the 2 witnesses the export names" in out
 
-    # The insider: the database back to size 10, regrown to a forked 20, signed with the
-    # notary's key; the witnesses refuse it, so the insider lowers the requirement to publish it.
+    # The DBA, as the PostgreSQL superuser: the log back to 10 (its checkpoint and both
+    # cosignatures kept, everything above deleted), and the old way to publish what no witness
+    # cosigned, which finds no column now.
     restore(backup)
-    forked = grow_and_sign(tenant.log, signer, 10, 20, tag="forked")
-    ledger_services.require_cosignatures(log=tenant.log, count=0)
-    for witness in (w1, w2):
-        assert witness.held(tenant.log.origin).text.startswith(note.split("\n\n")[0])
-    assert spec_cosigned_by(forked, w1.vkey) is None
+    with pytest.raises(DatabaseError, match="required_cosignatures"), transaction.atomic():
+        execute("UPDATE ledger_log SET required_cosignatures = 0 WHERE id = %s", [log.pk])
+    assert published_checkpoint(log=Log.objects.get(pk=log.pk)) == at_10  # served again
 
-    with NotaryJournal(notary_url, agent(tenant), witnesses=trusted, witness_quorum=1) as fresh:
-        with pytest.raises(NotaryError, match="not witnessed as required") as refused:
-            fresh.check_history()  # a new agent, who never saw the honest 20
-        assert refused.value.code == "not_witnessed"
-        assert fresh.seen_checkpoint is None
-    code, out = verify(tenant, signer, tmp_path, "--witness", w1.vkey, "--witness-quorum", "1")
+    # The notary signs nothing on the cut log: its memory holds 20, and so do the witnesses.
+    log = Log.objects.get(pk=log.pk)
+    ledger_services.append_entries(log=log, items=[NewEntry(kind="OBSERVED", body={"n": "x"})])
+    log.refresh_from_db()
+    for holder in ("the notary's memory of what it signed", "witness w1.witness.example"):
+        with (
+            caplog.at_level(logging.CRITICAL, logger="ledger.alerts"),
+            pytest.raises(TreeHeadRefused, match=f"{holder} holds a signed tree of size 20"),
+        ):
+            ledger_services.sign_checkpoint(log=log, signer=signer)
+        signed_heads_file.unlink(missing_ok=True)  # the insider with the key's host, too
+    assert "checkpoint signing refused" in caplog.text
+    assert Checkpoint.objects.filter(log=log).count() == 1
+
+    # The agent that saw 20 reports the rollback; the auditor's verifier, given no witness
+    # flag, refuses the old cosignatures served again, and accepts them as of their time.
+    journal = NotaryJournal(notary_url, agent(tenant), witnesses=trusted, checkpoint_file=seen)
+    with journal, pytest.raises(HistoryRewritten, match="rolled back from size 20 to 10"):
+        journal.check_history()
+    code, out = verify(tenant, signer, tmp_path, "--max-cosignature-age", bound)
     assert code == 1, out
     assert "witnesses: FAIL at line 1: the checkpoint is cosigned by 0 of the trusted" in out
-    code, out = verify(tenant, signer, tmp_path)  # without witnesses the fork is invisible
+    assert "stale or future cosignatures: w1.witness.example at " in out
+    code, out = verify(tenant, signer, tmp_path, "--max-cosignature-age", bound, "--as-of", str(t1))
     assert code == 0, out
-    assert "witnesses: not checked: no --witness given" in out
 
 
+@pytest.mark.parametrize("quorum", [0])
 def test_a_quorum_of_one_accepts_while_one_witness_is_down(
     notary_url: str, signer: Signer, witnesses: WitnessSet
 ) -> None:

@@ -5,7 +5,8 @@ Each attack is made as thoroughly as a superuser can: triggers dropped, every de
 (chain, Merkle nodes, log head) recomputed to agree with the forged entries, and where it helps
 the attacker the stored checkpoints deleted too. Then either sign_checkpoint refuses to sign the
 forged tree (it checks the stored nodes against the head row and proves the tree consistent
-with the latest stored checkpoint), or, where the attacker removed what signing checks against,
+with the latest stored checkpoint, and with the head the notary remembers signing, beside its
+key, outside the database), or, where the attacker removed even that memory,
 `verify_ledger --checkpoint FILE` with a checkpoint an auditor kept outside the database fails
 naming the rollback or the fork. Each test runs in one transaction that is rolled back, dropped
 triggers included."""
@@ -206,21 +207,38 @@ def test_a_rollback_below_a_stored_checkpoint_is_never_signed(
     assert "missing: the log ends before seq 30" in verify_ledger_failure(held.log)
 
 
-def test_a_rollback_with_its_checkpoints_removed_fails_the_held_checkpoint(
-    held: Held, signer: object
+def test_a_rollback_with_its_checkpoints_removed_is_never_signed(
+    held: Held, signer: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The thorough rollback: checkpoints above the cut are deleted too, so the database agrees
-    with itself and a checkpoint of the shorter tree even gets signed (it extends the one of
-    size 20). An auditor's kept checkpoint of size 40 is what exposes it."""
+    with itself (the tree of 30 extends the checkpoint of size 20 left). The notary's memory of
+    what it signed, beside its key, still holds 40: signing refuses. An auditor's kept
+    checkpoint of size 40 exposes the rollback too."""
     log = held.log
     drop_ledger_triggers()
     cut(log, keep=30)
     forget_checkpoints(log, above=20)
-    assert sign(log, signer).size == 30  # an honest prefix: nothing signing could object to
+    assert_signing_refused(
+        log,
+        signer,
+        caplog,
+        "the log has 30 entries but the notary's memory of what it signed holds a signed tree "
+        "of size 40: the log was rolled back",
+    )
     assert verify_ledger(log, held.at_20).startswith("held checkpoint")
     failure = verify_ledger_failure(log, held.at_20, held.at_40)
     assert failure.startswith(f"FAIL: rollback: held checkpoint {held.at_40} (size 40, root ")
     assert "was signed, but the log has only 30 entries" in failure
+
+
+def test_a_damaged_memory_of_what_was_signed_stops_signing(
+    held: Held, signer: object, caplog: pytest.LogCaptureFixture, signed_heads_file: Path
+) -> None:
+    """The memory beside the key overwritten with something else: nothing is signed until an
+    operator looks, rather than signing as if nothing had been signed before."""
+    signed_heads_file.write_text("{}", encoding="utf-8")
+    grow(held.log, 40, 41)
+    assert_signing_refused(held.log, signer, caplog, "is not the notary's signed heads")
 
 
 def test_cut_and_regrow_is_never_signed_over_a_stored_checkpoint(
@@ -237,17 +255,27 @@ def test_cut_and_regrow_is_never_signed_over_a_stored_checkpoint(
     )
 
 
-def test_cut_and_regrow_with_its_checkpoints_removed_fails_the_held_checkpoint(
-    held: Held, signer: object
+def test_cut_and_regrow_with_its_checkpoints_removed_is_never_signed(
+    held: Held, signer: object, caplog: pytest.LogCaptureFixture, signed_heads_file: Path
 ) -> None:
-    """The split view: with the stored checkpoint gone, the notary's key signs a second tree of
-    size 40. verify_ledger passes on the database alone, and fails with the checkpoint kept,
-    naming both roots."""
+    """The split view: with the stored checkpoint gone, the database holds a second tree of size
+    40 that extends all it still has; the notary's memory holds the first, and signing refuses.
+    Only with that memory deleted too (the insider has the key's host as well) does the key sign
+    the forged tree; verify_ledger passes on the database alone, and fails with the checkpoint
+    kept, naming both roots."""
     log = held.log
     drop_ledger_triggers()
     cut(log, keep=30)
     forget_checkpoints(log, above=20)
     grow(log, 30, 40, tag="forged")
+    assert_signing_refused(
+        log,
+        signer,
+        caplog,
+        "the notary's memory of what it signed holds a signed tree of size 40 with another "
+        "root: the log was rewritten",
+    )
+    signed_heads_file.unlink()
     forged = sign(log, signer)
     assert forged.size == 40 and forged.note != held.at_40.read_text(encoding="utf-8")
     assert verify_ledger(log).startswith(f"OK {log.origin}: 40 entries")
@@ -272,8 +300,8 @@ def test_a_changed_old_entry_with_every_hash_recomputed_is_never_signed(
     )
 
 
-def test_a_changed_old_entry_with_every_checkpoint_removed_fails_held_checkpoints(
-    held: Held, signer: object
+def test_a_changed_old_entry_with_every_checkpoint_removed_is_never_signed(
+    held: Held, signer: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     log = held.log
     drop_ledger_triggers()
@@ -281,7 +309,9 @@ def test_a_changed_old_entry_with_every_checkpoint_removed_fails_held_checkpoint
     execute("UPDATE ledger_entry SET body = %s WHERE log_id = %s AND seq = 7", [body, log.pk])
     cover_tracks(log)
     forget_checkpoints(log, above=-1)
-    assert sign(log, signer).size == 40  # nothing left in the database to hold it against
+    assert_signing_refused(
+        log, signer, caplog, "the notary's memory of what it signed holds a signed tree of size 40"
+    )
     assert verify_ledger(log).startswith(f"OK {log.origin}: 40 entries")
     for kept in (held.at_20, held.at_40):
         failure = verify_ledger_failure(log, kept)

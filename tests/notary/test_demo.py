@@ -41,7 +41,7 @@ def test_demo_walks_a_refund_through_the_notary_on_sqlite(tmp_path: Path) -> Non
     assert '"authorized_when_fired": true' in out
     assert "5 entries, each proved included in the signed tree of size 5" in out
     assert "re-derived from them: VERIFIED" in out
-    assert re.search(r"cosign each checkpoint .*only checkpoints all 2 cosigned\.", out)
+    assert re.search(r"cosign each checkpoint .*only checkpoints all 2 cosigned \(LEDGER_COS", out)
     assert "The tree is cosigned by 2 witnesses (w1.demo.interlock.example, w2.demo" in out
     assert "witnesses: OK  cosigned by 2 of 2 trusted witnesses" in out
     assert "answers 422: refused: split view: a checkpoint of size 15 with another root" in out

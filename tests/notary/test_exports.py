@@ -211,7 +211,10 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
     call_command("export_receipts", tenant="acme", out=out, no_progress=True, stdout=said)
     assert said.getvalue() == f"{out}: 14 lines, the log's entries [0, 24)\n"
     verified = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", key_of(shop, signer).vkey],
+        [
+            *(sys.executable, "-m", "gate_client.verify", str(out)),
+            *("--vkey", key_of(shop, signer).vkey, "--no-witnesses"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -232,6 +235,7 @@ def test_the_command_and_the_cli_verifier(shop: Tenant, signer: Signer, tmp_path
             str(tampered),
             "--vkey",
             key_of(shop, signer).vkey,
+            "--no-witnesses",
         ],
         capture_output=True,
         text=True,
@@ -505,11 +509,11 @@ def test_the_command_signs_a_checkpoint_of_the_whole_log_first(
 def test_an_export_waiting_for_witnesses_says_what_is_missing(
     shop: Tenant, signer: Signer, settings: LazySettings, tmp_path: Path
 ) -> None:
-    """The log requires two witnesses' cosignatures; its latest checkpoint has one. Both the
+    """Two witnesses' cosignatures are required; the log's latest checkpoint has one. Both the
     command and the API say so, and what to do; nothing is written."""
     first, second = (CosignerKey.generate(f"w{n}.witness.example") for n in (1, 2))
     settings.LEDGER_WITNESSES = [(f"http://{w.name}", w.verifier.vkey) for w in (first, second)]
-    ledger_services.require_cosignatures(log=shop.log, count=2)
+    settings.LEDGER_COSIGNATURE_QUORUM = 2
     latest = ledger_services.sign_checkpoint(log=shop.log, signer=signer)  # all 24 entries
     body = latest.note[: latest.note.rfind("\n\n") + 1]
     line = first.cosign(body, timestamp=1_800_000_000)
@@ -520,17 +524,19 @@ def test_an_export_waiting_for_witnesses_says_what_is_missing(
     detail = str(refused.value).removesuffix(f"; {out} was not written")
     assert detail == (
         f"log {shop.log.origin} publishes a checkpoint only once 2 of its witnesses "
-        "(LEDGER_WITNESSES) cosigned it, and none is yet: its latest, of size 24, is cosigned "
-        "by 1. Each checkpoint is sent to the witnesses once signed, and again on the notary's "
-        "beat: check that they run and are reachable, then export again, or require fewer "
-        "with `manage.py require_cosignatures --tenant acme --count K`"
+        "(LEDGER_WITNESSES) cosigned it (LEDGER_COSIGNATURE_QUORUM), and none is yet: its "
+        "latest, of size 24, is verifiably cosigned by 1. Each checkpoint is sent to the "
+        "witnesses once signed, and again on the notary's beat: check that they run and are "
+        "reachable, then export again"
     )
     assert not out.exists()
     answer = client_for(shop, "auditor", "audrey").get("/v1/exports/receipts")
     assert answer.status_code == 409
     assert answer.json() == {"error": "no_checkpoint", "detail": detail}
     settings.LEDGER_WITNESSES = settings.LEDGER_WITNESSES[:1]  # the second one dropped
-    with pytest.raises(CommandError, match=r"is cosigned by 1 \(only 1 configured\)\. Each"):
+    with pytest.raises(
+        CommandError, match=r"is verifiably cosigned by 1 \(only 1 configured\)\. Each"
+    ):
         call_command("export_receipts", tenant="acme", out=out, no_progress=True)
 
 
@@ -541,7 +547,7 @@ def test_an_export_while_the_new_checkpoint_awaits_its_witnesses_says_what_it_co
     is sent to the witness inside a test's transaction): the export is of 21, and says so."""
     witness = CosignerKey.generate("w1.witness.example")
     settings.LEDGER_WITNESSES = [(f"http://{witness.name}", witness.verifier.vkey)]
-    ledger_services.require_cosignatures(log=shop.log, count=1)
+    settings.LEDGER_COSIGNATURE_QUORUM = 1
     cosigned = shop.log.checkpoints.get()
     body = cosigned.note[: cosigned.note.rfind("\n\n") + 1]
     line = witness.cosign(body, timestamp=1_800_000_000)
@@ -664,7 +670,7 @@ def test_lease_entries_copied_into_several_receipts_are_counted_once(
     out.write_text("".join(export_receipts(tenant=acme)), encoding="utf-8")
     vkey = key_of(acme, signer).vkey
     verified = subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey],
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey, "--no-witnesses"],
         capture_output=True,
         text=True,
         check=False,

@@ -50,16 +50,19 @@ def witness_key(tmp_path: Path) -> tuple[Path, str]:
 def start_witness(
     tmp_path: Path, witness_key: tuple[Path, str], log: Log, signer: Signer
 ) -> Iterator[Callable[[], RunningWitness]]:
-    """Start (or restart) the witness for `log`, on one state file in tmp_path."""
+    """Start (or restart) the witness for `log`, on one state file in tmp_path (initialised
+    on the first start)."""
     started: list[RunningWitness] = []
     log_vkey = log_verifier(log.origin, signer).vkey
+    state = tmp_path / "witness.state"
 
     def start() -> RunningWitness:
         running = spawn_witness(
             key=witness_key[0],
             vkey=witness_key[1],
-            state=tmp_path / "witness.state",
+            state=state,
             logs=["--log", f"{log.origin}={log_vkey}"],
+            init=not started,
         )
         started.append(running)
         return running
@@ -251,6 +254,7 @@ def test_witness_remembers_its_latest_checkpoint_across_sigkill(
     assert restarted.add_checkpoint(old=3, proof=proof, note=second.note).status == 200
     assert sorted(p.name for p in tmp_path.glob("*witness.state*")) == [
         "witness.state",
+        "witness.state.generation",
         "witness.state.lock",
     ]  # no temporary file left behind
 
@@ -278,6 +282,75 @@ def test_a_second_witness_process_cannot_share_the_state_file(
     )
     assert second.returncode == 2
     assert "in use by another witness process" in second.stderr
+
+
+def serve_refused(tmp_path: Path, log: Log, signer: Signer) -> str:
+    """Start the witness on tmp_path's state and expect it to refuse at once; its stderr."""
+    refused = subprocess.run(
+        witness_command(
+            *("--key", str(tmp_path / "witness.key"), "--state", str(tmp_path / "witness.state")),
+            *("--log", f"{log.origin}={log_verifier(log.origin, signer).vkey}"),
+            *("--listen", f"127.0.0.1:{free_port()}"),
+        ),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    return refused.stderr
+
+
+def cosign_at(witness: RunningWitness, log: Log, signer: Signer, old: int, count: int) -> None:
+    grow(log, count)
+    signed = services.sign_checkpoint(log=log, signer=signer)
+    proof = selectors.consistency_proof(log=log, old_size=old, new_size=log.size) if old else []
+    assert witness.add_checkpoint(old=old, proof=proof, note=signed.note).status == 200
+
+
+def test_a_witness_with_its_state_deleted_refuses_to_start_until_initialised(
+    tmp_path: Path, log: Log, signer: Signer, start_witness: Callable[[], RunningWitness]
+) -> None:
+    """Its state file gone, a witness would start over and cosign a fork of what it cosigned:
+    it refuses to start, saying how to begin anew on purpose. `init` creates a state once,
+    never over an existing one."""
+    witness = start_witness()
+    cosign_at(witness, log, signer, 0, 3)
+    witness.stop()
+    state = tmp_path / "witness.state"
+    state.unlink()
+    assert "does not exist: a witness without its state would cosign a fork" in serve_refused(
+        tmp_path, log, signer
+    )
+    made = subprocess.run(
+        witness_command("init", "--state", str(state)), cwd=REPO_ROOT, capture_output=True
+    )
+    assert made.returncode == 0 and json.loads(state.read_text())["logs"] == {}
+    again = subprocess.run(
+        witness_command("init", "--state", str(state)),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 2 and "is initialised once" in again.stderr
+
+
+def test_a_witness_refuses_to_start_on_a_state_rolled_back(
+    tmp_path: Path, log: Log, signer: Signer, start_witness: Callable[[], RunningWitness]
+) -> None:
+    """The state file put back from an older copy (it held size 3; the witness has cosigned 5
+    since): the generation it records is behind the witness's record, and it refuses to start
+    rather than cosign a tree of 5 other than the one it cosigned."""
+    witness = start_witness()
+    cosign_at(witness, log, signer, 0, 3)
+    state = tmp_path / "witness.state"
+    older = state.read_bytes()
+    cosign_at(witness, log, signer, 3, 2)
+    witness.stop()
+    state.write_bytes(older)
+    assert "is at generation 1, but this witness recorded generation 2" in serve_refused(
+        tmp_path, log, signer
+    )
 
 
 def test_witness_refuses_a_log_key_not_named_after_the_origin(
@@ -364,6 +437,7 @@ def test_a_log_family_witnesses_every_tenant_log_of_one_notary_key(
         vkey=witness_key[1],
         state=tmp_path / "family.state",
         logs=["--log-family", f"test.interlock.example={signer.verifier.vkey}"],
+        init=True,
     )
     try:
         for log in (make_log(), make_log()):

@@ -106,7 +106,10 @@ class Command(BaseCommand):
             running_server(Path(scratch) / "refunds", dedupe=True, lookup=True) as payments,
             running_server(Path(scratch) / "emails", dedupe=False, lookup=False) as emails,
             _witnesses(load_signing_key()) as witnesses,
-            override_settings(LEDGER_WITNESSES=[(w.url, w.vkey) for w in witnesses]),
+            override_settings(
+                LEDGER_WITNESSES=[(w.url, w.vkey) for w in witnesses],
+                LEDGER_COSIGNATURE_QUORUM=len(witnesses),
+            ),
             _serving_notary() as notary_url,
         ):
             login = self._reviewer()
@@ -236,7 +239,6 @@ class Command(BaseCommand):
         slug = f"shop-{secrets.token_hex(3)}"
         tenant = services.tenant_create(slug=slug, name="A shop")
         witnesses = settings.LEDGER_WITNESSES
-        ledger_services.require_cosignatures(log=tenant.log, count=len(witnesses))
         services.target_register(
             tenant=tenant,
             name=TARGET,
@@ -254,7 +256,8 @@ class Command(BaseCommand):
         )
         self._say(
             f"   Witnesses {', '.join(url for url, _ in witnesses)} cosign each checkpoint the "
-            f"notary signs; the tenant publishes only checkpoints all {len(witnesses)} cosigned."
+            f"notary signs; the notary publishes only checkpoints all {len(witnesses)} cosigned "
+            "(LEDGER_COSIGNATURE_QUORUM)."
         )
 
         lease = _grant(notary_url, approver_token, "refund", limits={"amount_cents": 2000})
@@ -516,12 +519,14 @@ def _witnesses(signer: Signer) -> Iterator[list[RunningWitness]]:
                 vkey = parse_cosigner_skey(key.read_text()).verifier.vkey
             else:
                 vkey = witness_keygen(key, f"{name}.{DEMO_DOMAIN}")
+            state = WITNESS_DIR / f"{name}.state"
             started.append(
                 spawn_witness(
                     key=key,
                     vkey=vkey,
-                    state=WITNESS_DIR / f"{name}.state",
+                    state=state,
                     logs=["--log-family", family],
+                    init=not state.exists(),  # the first run; later runs keep what it cosigned
                 )
             )
         yield started
