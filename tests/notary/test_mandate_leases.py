@@ -461,7 +461,7 @@ def verified_by_cli(
     )
     vkey = log_verifier(tenant.log.origin, signer).vkey
     return subprocess.run(
-        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey],
+        [sys.executable, "-m", "gate_client.verify", str(out), "--vkey", vkey, "--no-witnesses"],
         capture_output=True,
         text=True,
     )
