@@ -44,7 +44,7 @@ from sd_jwt.verifier import SDJWTVerifier
 
 from gate_client.budgets import Budget, BudgetPer
 from gate_client.leases import Lease
-from gate_client.money import AMOUNT_FIELDS, payload_money
+from gate_client.money import MoneyDeclaration, MoneyError, read_money
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, parse_canonical
 from ledger.core.entries import format_timestamp
 
@@ -193,13 +193,20 @@ def verify_mandate(token: Any, keys: Iterable[TrustedKey], *, now: datetime) -> 
     return Mandate(token, vct, content, signer, merchant, expires, payload)
 
 
-def mandate_terms(mandate: Mandate) -> MandateTerms:
+def mandate_terms(mandate: Mandate, *, amount_field: str = "amount") -> MandateTerms:
+    """What the mandate lets a lease approve. A checkout's money is read as a target declares
+    it (gate_client.money): its amount in `amount_field`, the field the lease's limit names,
+    and its currency in `currency`; a checkout whose money does not read so is refused."""
     if mandate.checkout_payload is not None:
-        money = payload_money(parse_canonical(mandate.checkout_payload))
+        declared = MoneyDeclaration(amount_field, currency_field="currency")
+        try:
+            money = read_money(parse_canonical(mandate.checkout_payload), declared)
+        except (MoneyError, AttributeError) as exc:
+            raise MandateError("invalid_mandate", f"the checkout's money: {exc}") from exc
         return MandateTerms(
             expires_at=mandate.expires_at,
-            currency=(money.currency or None) if money is not None else None,
-            amount_limit=money.amount_minor if money is not None else None,
+            currency=money.currency or None,
+            amount_limit=money.amount_minor,
             payload_hash=hashlib.sha256(mandate.checkout_payload).hexdigest(),
             total_count=1,  # one checkout: one effect, whatever the cases
         )
@@ -230,7 +237,9 @@ def mandate_refusal(lease: Lease, terms: MandateTerms, *, granted_at: datetime) 
             f"the mandate approves {terms.currency}, the lease {lease.currency or 'any currency'}"
         )
     if terms.amount_limit is not None and terms.payload_hash is None:
-        bounded = [name for name in AMOUNT_FIELDS if name in lease.limits]
+        # A limit bounds the field its target declares as the amount; one on any other field
+        # refuses every dispatch (gate_client.authorization), so each limit is held to this.
+        bounded = list(lease.limits)
         if not bounded:
             return "the mandate bounds each payment's amount, the lease does not"
         over = [name for name in bounded if lease.limits[name] > terms.amount_limit]
@@ -286,7 +295,10 @@ def check_evidence(lease_body: Mapping[str, Any], *, granted_at: datetime) -> Ma
     mandate = verify_mandate(token, keys, now=granted_at)
     if mandate.vct != vct:
         raise MandateError("invalid_mandate", "the evidence names another mandate type")
-    refusal = mandate_refusal(lease, mandate_terms(mandate), granted_at=granted_at)
+    # The limit a grant from a mandate sets names the amount field it was granted for.
+    amount_field = next(iter(lease.limits), "amount")
+    terms = mandate_terms(mandate, amount_field=amount_field)
+    refusal = mandate_refusal(lease, terms, granted_at=granted_at)
     if refusal is not None:
         raise MandateError("beyond_mandate", refusal)
     return mandate

@@ -19,7 +19,6 @@ from gate_client.mandates import (
     trusted_key,
     verify_mandate,
 )
-from gate_client.money import AMOUNT_FIELDS
 from notary.errors import NotaryForbidden, NotaryInputError, NotaryNotFound
 from notary.identities import canonical_holder
 from notary.models import ApiKey, Lease, MandateKey, Tenant
@@ -83,14 +82,15 @@ def lease_grant_from_mandate(
     and the agent; the lease ends at the mandate's end, or earlier at `expires_at`. The
     mandate, as received, goes into LEASE_GRANTED with the keys that verified it."""
     check_approver(tenant=tenant, approver=approver)
-    if amount_field not in AMOUNT_FIELDS:
-        raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
     now = timezone.now()
     try:
         verified = verify_mandate(mandate, _trusted_keys(tenant), now=now)
     except MandateError as exc:
         raise _refusal(exc) from exc
-    bound = mandate_terms(verified)
+    try:
+        bound = mandate_terms(verified, amount_field=amount_field)
+    except MandateError as exc:
+        raise _refusal(exc) from exc
     ends = [end for end in (expires_at, bound.expires_at) if end is not None]
     if not ends:
         raise NotaryInputError("the mandate states no end: give the lease an expires_at")

@@ -69,7 +69,7 @@ from experiments.kit.database import add_database_argument, bench_database
 from experiments.kit.machine import CORES, LOAD_AT_START, environment, print_environment
 from experiments.kit.served import print_goals, verdict
 from experiments.kit.tables import aligned_table
-from gate_client.journal import DispatchRequest
+from gate_client.authorization import DispatchRequest
 from gate_client.proposal import Proposal
 from ledger.core.entries import EntryKind
 from testkit.paths import REPO_ROOT

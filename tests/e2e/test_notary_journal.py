@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.gate import Gate, TargetMismatch
-from gate_client.journal import DispatchRequest, JournalError
+from gate_client.journal import JournalError
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import verify_receipt
