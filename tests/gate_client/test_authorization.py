@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from gate_client.leases import Lease, lease_states
 from gate_client.money import Money
 from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
+from ledger.core.canonical import canonical_json
 from ledger.core.entries import EntryKind
 from testkit.world import CENTS_DECLARATION
 
@@ -66,22 +68,27 @@ leases = st.builds(
     st.one_of(
         st.just({}),
         st.builds(lambda n: {"amount_cents": n}, st.integers(1, 5000)),
+        st.builds(lambda n: {"amount_cents": n}, st.integers(1000, 5000)),
         st.builds(lambda n: {"amount": n}, st.integers(1, 5000)),
     ),
-    st.sampled_from([None, "USD"]),
+    st.sampled_from([None, None, "USD"]),
     st.booleans(),
     budgets,
 )
-payloads = st.fixed_dictionaries(
-    {"payment": st.just("pay_1")},
-    optional={
-        "amount_cents": st.one_of(st.integers(-5, 6000), st.just("100")),
-        "currency": st.sampled_from(["usd", "JPY", "dollars"]),
-        "amount": st.integers(1, 100),
-        "note": st.just("12 items"),
+# Mostly payloads that read, so both answers are drawn often: some over a limit, in another
+# currency, with a second amount, or with no amount.
+payloads = st.builds(
+    lambda cents, currency, extra: {
+        "payment": "pay_1",
+        **({} if cents is None else {"amount_cents": cents}),
+        **({} if currency is None else {"currency": currency}),
+        **extra,
     },
+    st.one_of(st.integers(1, 2500), st.integers(1, 2500), st.integers(-5, 6000), st.just(None)),
+    st.sampled_from(["usd", "USD", None, "JPY", "dollars"]),
+    st.sampled_from([{}, {}, {}, {"note": "12 items"}, {"amount": 5}, {"total": "3"}]),
 )
-declarations = st.sampled_from([CENTS_DECLARATION, NO_MONEY, None])
+declarations = st.sampled_from([CENTS_DECLARATION, CENTS_DECLARATION, NO_MONEY, None])
 
 
 def propose(
@@ -114,7 +121,7 @@ def forced_body(journal: LocalJournal, request: DispatchRequest, now: datetime) 
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     lease=leases,
@@ -160,3 +167,48 @@ def test_the_authorization_at_dispatch_is_what_the_ledger_re_derives(
         problems, _ = budget_problems(entries)
         assert problems == []
         journal.close()
+
+
+def test_a_proposal_without_a_declaration_is_never_read_by_guessing_its_money(
+    tmp_path: Path,
+) -> None:
+    declared = CENTS_DECLARATION.body()
+    """Proposed before declarations were carried: under a lease with money terms its dispatch
+    is refused, and one already in a ledger re-derives as not authorized; under a lease without
+    money terms it goes as before."""
+    clock = Clock()
+    journal = LocalJournal(tmp_path / "journal", clock=clock)
+    counted = Lease("lease_1", "case-0", "refund", START + timedelta(days=1), "maria")
+    journal.grant_lease(counted)
+    old = propose(journal, "case-0", {"payment": "pay_1", "amount_cents": 100}, None)
+    assert journal.dispatch(old).kind == EntryKind.DISPATCHED
+    assert derive_receipt(journal.entries(), old.effect_id).authorized_when_fired is True
+
+    bounded = replace(counted, lease_id="lease_2", case_id="case-1", limits={"amount_cents": 5000})
+    journal.grant_lease(bounded)
+    proposal = Proposal("case-1", "payments", "refund", {"amount_cents": 100}, "lease_2")
+    body = proposal.proposed_body([])
+    journal.propose(effect_id=proposal.effect_id, body=body)
+    request = DispatchRequest.of_proposal(proposal.effect_id, body, 1, [], False)
+    with pytest.raises(LeaseRefused) as refused:
+        journal.dispatch(request)
+    assert (
+        refused.value.detail == "the proposal carries no target declaration: its money is unknown"
+    )
+    forced = request.entry_body()
+    journal.record(kind=EntryKind.DISPATCHED, effect_id=request.effect_id, body=forced)
+    receipt = derive_receipt(journal.entries(), request.effect_id)
+    assert receipt.authorized_when_fired is False
+    # The same dispatch with the declaration its target has re-derives as authorized.
+    assert (
+        derive_receipt(
+            [
+                replace(e, body=canonical_json({**e.body_value(), "declaration": declared}))
+                if e.kind == EntryKind.PROPOSED and e.effect_id == request.effect_id
+                else e
+                for e in journal.entries()
+            ],
+            request.effect_id,
+        ).authorized_when_fired
+        is True
+    )
