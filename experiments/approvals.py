@@ -41,7 +41,7 @@ from experiments.kit.live_notary import LiveNotary, NotaryTenant, TargetSpec, li
 from experiments.kit.prose import dollars
 from experiments.kit.results import RESULTS_DIR
 from experiments.kit.tables import markdown_table
-from experiments.workers.approvals_agent import MAX_INFLIGHT, TARGET
+from experiments.workers.approvals_agent import MAX_INFLIGHT, REFUND_MONEY, TARGET
 from gate_client.ids import effect_id_for
 from gate_client.reconciliation import FindingKind
 from testkit.paths import REPO_ROOT
@@ -138,7 +138,7 @@ def run_arm(
     arm = Arm(name)
     shop = notary.tenant(
         f"shop-{name.replace('_', '-')}",
-        targets=[TargetSpec(TARGET, tier=3, max_inflight=MAX_INFLIGHT)],
+        targets=[TargetSpec(TARGET, tier=3, max_inflight=MAX_INFLIGHT, money=REFUND_MONEY)],
     )
     tokens = [
         services.api_key_issue(tenant=shop.tenant, role="agent", holder="agent")[1]

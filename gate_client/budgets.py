@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gate_client.money import payload_money
 from gate_client.protocol import standing
 from ledger.core.entries import Entry, EntryKind
 
@@ -285,22 +284,6 @@ class BudgetStatement:
 
     def refusal(self) -> str | None:
         return next((r for s in self.standings if (r := s.refusal(self.amount)) is not None), None)
-
-    def within(self, budgets: Sequence[Budget], payload: Any) -> bool:
-        """Whether this statement covers exactly the lease's budgets, spends what the payload
-        moves, and fit each budget: the receipt's replay of the check at dispatch."""
-        stated = sorted((s.budget for s in self.standings), key=lambda b: b.per)
-        return (
-            stated == sorted(budgets, key=lambda b: b.per)
-            and self.amount == spend_amount(payload)
-            and self.refusal() is None
-        )
-
-
-def spend_amount(payload: Any) -> int:
-    """What an effect spends of an amount budget: its payload's amount (0 if it names none)."""
-    money = payload_money(payload)
-    return money.amount_minor if money is not None else 0
 
 
 SpentFor = Callable[[Budget], Spent]

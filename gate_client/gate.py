@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from gate_client.authorization import DispatchRequest, proposal_refusal
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.journal import (
     AttemptTaken,
-    DispatchRequest,
     EffectHeld,
     Journal,
     LeaseRefused,
@@ -29,7 +29,7 @@ from gate_client.protocol import (
     CheckAgain,
     Dispatch,
     Facts,
-    Held,
+    HeldOnEvidence,
     Recheck,
     Record,
     Settled,
@@ -53,6 +53,11 @@ PremisesFor = Callable[[Mapping[str, Any]], Sequence[Premise]]
 class TargetMismatch(ValueError):
     """An adapter declares its target otherwise than the journal's record of it (the notary's
     target record): recovery would go by a declaration the target does not have."""
+
+
+class AmbiguousMoney(ValueError):
+    """The payload's money does not read one way by its target's declaration
+    (gate_client.money): refused before PROPOSED, nothing written, nothing sent."""
 
 
 class Gate:
@@ -101,10 +106,13 @@ class Gate:
 
     def submit(self, proposal: Proposal) -> Receipt:
         target = self._target(proposal.target)
-        self.declared(proposal.target)
+        declared = self.declared(proposal.target)
+        ambiguous = proposal_refusal(proposal.payload, declared)
+        if ambiguous is not None:
+            raise AmbiguousMoney(f"{proposal.target}: {ambiguous}")  # before anything is written
         effect_id = proposal.effect_id
         premises = [p.evaluate() for p in proposal.premises]
-        body = proposal.proposed_body(premises)
+        body = proposal.proposed_body(premises, declared)
         history: list[Entry] | None = None
         if all(p["holds"] for p in premises):
             # One round trip where the journal offers it: PROPOSED and DISPATCHED together.
@@ -204,8 +212,8 @@ class Gate:
                 recovering=recovering,
             )
             step = decide(facts)
-            if isinstance(step, Settled | Held):
-                # Held: evidence says it was done, at odds with the record; a person decides.
+            if isinstance(step, Settled | HeldOnEvidence):
+                # Held on evidence: it was done, at odds with the record; a person decides.
                 return self.receipt(effect_id)
             if isinstance(step, Ask):
                 answer = self._ask(effect_id, proposed, target, step)

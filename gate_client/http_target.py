@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gate_client.faults import CrashPoint, crash_point
-from gate_client.money import payload_money
+from gate_client.money import Money, MoneyDeclaration, MoneyError, read_money
 from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
     FailedDefinitively,
@@ -52,6 +52,7 @@ class HttpTarget:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    money: MoneyDeclaration | None = None  # where its payloads hold money, if they do
 
     def __post_init__(self) -> None:
         # A request is in flight until its timeout; declaring less would let a lookup's
@@ -96,7 +97,12 @@ class HttpTarget:
 
 
 def effects_created(
-    base_url: str, window: Window, *, api_key: str = "", timeout_seconds: float = 5.0
+    base_url: str,
+    window: Window,
+    *,
+    api_key: str = "",
+    timeout_seconds: float = 5.0,
+    money: MoneyDeclaration | None = None,
 ) -> Iterator[ProviderRecord]:
     """Everything the service lists as done in `window`, a page at a time, with `api_key` as
     its bearer key when given. An error or an answer that is not the contract's is a
@@ -126,7 +132,7 @@ def effects_created(
                     evidence={
                         k: act[k] for k in ("effect_id", "result_ref", "at", "payload") if k in act
                     },
-                    money=payload_money(act.get("payload")),
+                    money=_money(act.get("payload"), money),
                 )
         except urllib.error.HTTPError as error:
             raise ReconciliationError(f"the service refused its list: HTTP {error.code}") from error
@@ -146,3 +152,14 @@ def _error_code(error: urllib.error.HTTPError) -> str:
         return str(json.loads(error.read())["error"])
     except (ValueError, KeyError, TypeError):
         return f"http_{error.code}"
+
+
+def _money(payload: object, declared: MoneyDeclaration | None) -> Money | None:
+    """What the service says it moved, read as its target declares money; None when it
+    declares none or the payload does not read one way (then no amount is compared)."""
+    if declared is None or not isinstance(payload, Mapping):
+        return None
+    try:
+        return read_money(payload, declared)
+    except MoneyError:
+        return None

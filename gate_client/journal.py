@@ -10,23 +10,17 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from gate_client import holds
-from gate_client.budgets import (
-    SpentFor,
-    budget_statement,
-    spend_amount,
-    spends_before,
-    spent_in,
-)
-from gate_client.leases import Lease, LeaseState, lease_refusal, lease_states
+from gate_client.authorization import DispatchRequest, Fire, Held, Refuse, authorize
+from gate_client.budgets import spends_before, spent_in
+from gate_client.leases import Lease, LeaseState, lease_states
 from gate_client.protocol import Answer, TargetDeclaration, admit, last_attempt, standing
 from gate_client.targets import Unknown
 from ledger.core.canonical import canonical_json
@@ -79,92 +73,6 @@ class EffectHeld(JournalError):
         super().__init__(detail)
         self.held_by = held_by
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class DispatchRequest:
-    """Attempt `attempt` of an effect: what the lease must cover, and the premises as observed
-    just before."""
-
-    effect_id: str
-    attempt: int
-    lease_id: str
-    case_id: str
-    action: str
-    payload: Mapping[str, Any]
-    payload_hash: str
-    premises: Sequence[Mapping[str, Any]]
-    recovery: bool = False
-    case_class: str | None = None  # the class the proposal names for its case
-
-    @classmethod
-    def of_proposal(
-        cls,
-        effect_id: str,
-        proposed: Mapping[str, Any],
-        attempt: int,
-        premises: Sequence[Mapping[str, Any]],
-        recovery: bool,
-    ) -> DispatchRequest:
-        """Attempt `attempt` of the effect whose PROPOSED body is `proposed`."""
-        return cls(
-            effect_id=effect_id,
-            attempt=attempt,
-            lease_id=proposed["lease_id"],
-            case_id=proposed["case_id"],
-            action=proposed["action"],
-            payload=proposed["payload"],
-            payload_hash=proposed["payload_hash"],
-            premises=premises,
-            recovery=recovery,
-            case_class=proposed.get("case_class"),
-        )
-
-    def lease_refusal(self, state: LeaseState | None, *, now: datetime) -> tuple[str, str] | None:
-        return lease_refusal(
-            state,
-            case_id=self.case_id,
-            action=self.action,
-            payload=self.payload,
-            payload_hash=self.payload_hash,
-            now=now,
-            case_class=self.case_class,
-        )
-
-    def entry_body(self) -> dict[str, Any]:
-        return {
-            "attempt": self.attempt,
-            "lease_id": self.lease_id,
-            "premises": [dict(p) for p in self.premises],
-            "recovery": self.recovery,
-        }
-
-    def checked_entry_body(
-        self, state: LeaseState | None, *, now: datetime, spender: str, spent_for: SpentFor
-    ) -> dict[str, Any]:
-        """The DISPATCHED body, if the lease covers this dispatch at `now`; else LeaseRefused.
-        The caller holds the journal's lock until the entry is recorded and stamps it `now`.
-
-        An effect's first dispatch under a budgeted lease spends from its budgets: `spent_for`
-        is the journal's count of the lease's spends at `now`, and the body states each budget
-        as it stood (gate_client.budgets), so the receipt shows it and an auditor re-derives it."""
-        refusal = self.lease_refusal(state, now=now)
-        if refusal is not None:
-            raise LeaseRefused(*refusal)
-        assert state is not None  # no lease is a refusal
-        body = self.entry_body()
-        if self.attempt != 1 or not state.lease.budgets:
-            return body  # a resend is the same effect: it spent at its first dispatch
-        statement = budget_statement(
-            state.lease.budgets,
-            spender=spender,
-            amount=spend_amount(self.payload),
-            spent_for=spent_for,
-        )
-        budget_refusal = statement.refusal()
-        if budget_refusal is not None:
-            raise LeaseRefused("lease_budget", budget_refusal)
-        return {**body, "budget": statement.body()}
 
 
 class Journal(Protocol):
@@ -355,15 +263,6 @@ class LocalJournal:
             if request.attempt != current + 1 or standing(history).state is not None:
                 raise AttemptTaken(request.effect_id, request.attempt, current)
             now = self._clock()
-            state = lease_states(self._entries).get(request.lease_id)
-            refusal = request.lease_refusal(state, now=now)
-            if refusal is not None:
-                raise LeaseRefused(*refusal)
-            hold = self._hold(history, request)
-            if hold is not None:
-                if not holds.recorded(history, hold):
-                    self._append(EntryKind.HELD, request.effect_id, hold.body())
-                raise EffectHeld(hold.held_by, hold.detail)
             # The lease's spends are read only if it has budgets, once for all of them: every
             # dispatch of the journal need not replay every effect.
             spends = cache(
@@ -371,13 +270,24 @@ class LocalJournal:
                     spends_before, self._entries, lease_id=request.lease_id, seq=len(self._entries)
                 )
             )
-            body = request.checked_entry_body(
-                state,
+            decision = authorize(
+                request=request,
+                lease=lease_states(self._entries).get(request.lease_id),
                 now=now,
                 spender=LOCAL_SPENDER,
                 spent_for=lambda budget: spent_in(spends(), budget, now=now, spender=LOCAL_SPENDER),
+                hold=partial(self._hold, history, request),
             )
-            return self._append(EntryKind.DISPATCHED, request.effect_id, body, created_at=now)
+            if isinstance(decision, Refuse):
+                raise LeaseRefused(decision.reason, decision.detail)
+            if isinstance(decision, Held):
+                if not holds.recorded(history, decision.hold):
+                    self._append(EntryKind.HELD, request.effect_id, decision.hold.body())
+                raise EffectHeld(decision.hold.held_by, decision.hold.detail)
+            assert isinstance(decision, Fire)
+            return self._append(
+                EntryKind.DISPATCHED, request.effect_id, decision.body, created_at=now
+            )
 
     def _hold(self, history: list[Entry], request: DispatchRequest) -> holds.Hold | None:
         """The hold on this dispatch, if another effect of its case waits for a person."""

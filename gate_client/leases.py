@@ -1,7 +1,7 @@
 """Authority as a lease: who may do what, for which case, up to which limits, until when.
 
-`lease_refusal` is the one rule every journal applies at the instant of dispatch, atomically with
-recording DISPATCHED, so the journal's order alone shows whether the lease was live."""
+Whether a lease covers a dispatch is decided by gate_client.authorization, at the instant of
+dispatch, atomically with recording DISPATCHED, so the journal's order alone shows it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from gate_client.budgets import Budget
-from gate_client.money import payload_money
 from ledger.core.entries import Entry, EntryKind, format_timestamp
 
 
@@ -23,8 +22,8 @@ class Lease:
     action: str
     expires_at: datetime
     granted_by: str
-    # Numeric payload fields and their maxima, e.g. {"amount_cents": 2000}: the payload's value
-    # must be an integer from 1 to the maximum.
+    # The most each effect may move, by the target's declared amount field, e.g.
+    # {"amount": 2000}: a limit naming any other field refuses every dispatch.
     limits: Mapping[str, int] = field(default_factory=dict)
     # When set, the lease approves exactly this payload (sha256 hex of its canonical bytes).
     payload_hash: str | None = None
@@ -64,6 +63,16 @@ class Lease:
         if self.case_pattern is not None:
             return fnmatch.fnmatchcase(case_id, self.case_pattern)
         return case_id == self.case_id
+
+    @property
+    def standing(self) -> bool:
+        """Over a class of cases, not one: a person no longer approves each effect."""
+        return self.case_class is not None or self.case_pattern is not None
+
+    @property
+    def bounds_amount(self) -> bool:
+        """Some budget counts money, which only a target declaring money can say."""
+        return any(b.max_amount is not None for b in self.budgets)
 
     @property
     def cases(self) -> str:
@@ -115,50 +124,3 @@ def lease_states(entries: Iterable[Entry]) -> dict[str, LeaseState]:
             if state is not None and state.revoked_at is None:
                 states[body["lease_id"]] = LeaseState(state.lease, entry.created_at, body["by"])
     return states
-
-
-def lease_refusal(
-    state: LeaseState | None,
-    *,
-    case_id: str,
-    action: str,
-    payload: Mapping[str, Any],
-    payload_hash: str,
-    now: datetime,
-    case_class: str | None = None,
-) -> tuple[str, str] | None:
-    """None if the lease covers this dispatch now; else (reason, detail). `case_class`: the
-    class the proposal names for its case, if any."""
-    if state is None:
-        return "lease_scope", "no such lease"
-    lease = state.lease
-    if state.revoked_at is not None:
-        return "lease_revoked", f"revoked by {state.revoked_by}"
-    if now >= lease.expires_at:
-        return "lease_expired", f"expired at {format_timestamp(lease.expires_at)}"
-    if not lease.covers_case(case_id, case_class) or lease.action != action:
-        return "lease_scope", f"lease covers {lease.action} on {lease.cases}"
-    return _payload_refusal(lease, payload, payload_hash)
-
-
-def _payload_refusal(
-    lease: Lease, payload: Mapping[str, Any], payload_hash: str
-) -> tuple[str, str] | None:
-    """What the lease's payload terms say of this payload: its exact hash, its currency, and
-    each amount within its limit."""
-    if lease.payload_hash is not None and lease.payload_hash != payload_hash:
-        return "lease_scope", "lease approves another payload"
-    if lease.currency is not None:
-        money = payload_money(payload)
-        named = money.currency if money is not None and money.currency else "no currency"
-        if named != lease.currency:
-            return "lease_scope", f"the payload is in {named}, the lease approves {lease.currency}"
-    for name, maximum in lease.limits.items():
-        # A limit bounds an amount: a positive integer up to the maximum, never only a maximum
-        # (a negative refund is not "within" a limit of 2000).
-        value = payload.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value > maximum:
-            return "lease_scope", f"{name}={value!r} exceeds the limit {maximum}"
-        if value < 1:
-            return "lease_scope", f"{name}={value!r} is not an amount: at least 1"
-    return None

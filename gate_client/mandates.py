@@ -51,7 +51,7 @@ from sd_jwt.verifier import SDJWTVerifier
 
 from gate_client.budgets import Budget, BudgetPer, Total
 from gate_client.leases import Lease
-from gate_client.money import AMOUNT_FIELDS, payload_money
+from gate_client.money import MoneyDeclaration, MoneyError, read_money
 from ledger.core.canonical import MAX_SAFE_INTEGER, CanonicalJSONError, parse_canonical
 from ledger.core.entries import format_timestamp
 
@@ -222,12 +222,12 @@ def mandate_hash(token: str) -> str:
     return hashlib.sha256(f"{head}.{payload}".encode("ascii")).hexdigest()
 
 
-def regrant_refusal(mandate: Mandate, granted: Sequence[str]) -> str | None:
-    """None if `mandate` may be granted again, the leases granted from it before being
-    `granted` (in ledger order); else why not. A one-payment or Checkout Mandate grants once:
-    a second lease would approve a payment its signer never did. An open mandate with totals
-    grants again, the new lease sharing them (`MandateTerms.total`)."""
-    if granted and mandate_terms(mandate).single_use:
+def regrant_refusal(mandate: Mandate, terms: MandateTerms, granted: Sequence[str]) -> str | None:
+    """None if `mandate`, whose terms are `terms`, may be granted again, the leases granted
+    from it before being `granted` (in ledger order); else why not. A one-payment or Checkout
+    Mandate grants once: a second lease would approve a payment its signer never did. An open
+    mandate with totals grants again, the new lease sharing them (`MandateTerms.total`)."""
+    if granted and terms.single_use:
         return (
             f"mandate {mandate.mandate_hash} approves one payment and was granted already, "
             f"to {granted[0]}"
@@ -235,13 +235,26 @@ def regrant_refusal(mandate: Mandate, granted: Sequence[str]) -> str | None:
     return None
 
 
-def mandate_terms(mandate: Mandate) -> MandateTerms:
+def granted_terms(lease: Lease, mandate: Mandate) -> MandateTerms:
+    """The mandate's terms as `lease` was granted from them: a grant from a mandate limits the
+    amount field it was granted for, so a checkout's money is read from that field."""
+    return mandate_terms(mandate, amount_field=next(iter(lease.limits), "amount"))
+
+
+def mandate_terms(mandate: Mandate, *, amount_field: str = "amount") -> MandateTerms:
+    """What the mandate lets a lease approve. A checkout's money is read as a target declares
+    it (gate_client.money): its amount in `amount_field`, the field the lease's limit names,
+    and its currency in `currency`; a checkout whose money does not read so is refused."""
     if mandate.checkout_payload is not None:
-        money = payload_money(parse_canonical(mandate.checkout_payload))
+        declared = MoneyDeclaration(amount_field, currency_field="currency")
+        try:
+            money = read_money(parse_canonical(mandate.checkout_payload), declared)
+        except (MoneyError, AttributeError) as exc:
+            raise MandateError("invalid_mandate", f"the checkout's money: {exc}") from exc
         return MandateTerms(
             expires_at=mandate.expires_at,
-            currency=(money.currency or None) if money is not None else None,
-            amount_limit=money.amount_minor if money is not None else None,
+            currency=money.currency or None,
+            amount_limit=money.amount_minor,
             payload_hash=hashlib.sha256(mandate.checkout_payload).hexdigest(),
             total_count=1,  # one checkout: one effect, whatever the cases
         )
@@ -272,7 +285,9 @@ def mandate_refusal(lease: Lease, terms: MandateTerms, *, granted_at: datetime) 
             f"the mandate approves {terms.currency}, the lease {lease.currency or 'any currency'}"
         )
     if terms.amount_limit is not None and terms.payload_hash is None:
-        bounded = [name for name in AMOUNT_FIELDS if name in lease.limits]
+        # A limit bounds the field its target declares as the amount; one on any other field
+        # refuses every dispatch (gate_client.authorization), so each limit is held to this.
+        bounded = list(lease.limits)
         if not bounded:
             return "the mandate bounds each payment's amount, the lease does not"
         over = [name for name in bounded if lease.limits[name] > terms.amount_limit]
@@ -331,7 +346,7 @@ def check_evidence(lease_body: Mapping[str, Any], *, granted_at: datetime) -> Ma
     named = evidence.get("mandate_hash", mandate.mandate_hash)  # older grants state none
     if named != mandate.mandate_hash:
         raise MandateError("invalid_mandate", "the evidence names the mandate by another hash")
-    refusal = mandate_refusal(lease, mandate_terms(mandate), granted_at=granted_at)
+    refusal = mandate_refusal(lease, granted_terms(lease, mandate), granted_at=granted_at)
     if refusal is not None:
         raise MandateError("beyond_mandate", refusal)
     return mandate

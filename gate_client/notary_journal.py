@@ -37,14 +37,15 @@ from typing import Any
 
 import httpx
 
+from gate_client.authorization import DispatchRequest
 from gate_client.journal import (
     AttemptTaken,
-    DispatchRequest,
     EffectHeld,
     JournalError,
     LeaseRefused,
 )
 from gate_client.leases import Lease, LeaseState
+from gate_client.money import MoneyDeclaration
 from gate_client.protocol import Answer, Intent, Negative, TargetDeclaration
 from gate_client.proved import NotProved, check_inclusion, check_receipt, shown_entry
 from gate_client.receipts import Receipt
@@ -378,6 +379,7 @@ class NotaryJournal:
             evidence_window=_duration(shown["evidence_window_seconds"]),
             attests_before_acting=shown["attests_before_acting"],
             lookup_needs_key=shown["lookup_needs_key"],
+            money=MoneyDeclaration.from_body(shown["money"]) if shown["money"] else None,
         )
 
     def lease_state(self, lease_id: str) -> LeaseState | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate_client.ids import effect_id_for
+from gate_client.protocol import TargetDeclaration
 from ledger.core.canonical import canonical_json
 
 
@@ -66,12 +67,20 @@ class Proposal:
     def payload_hash(self) -> str:
         return hashlib.sha256(self.payload_bytes).hexdigest()
 
-    def proposed_body(self, premises: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The PROPOSED entry's body: the decision, with the premises as observed; `case_class`
-        only when the case has one, so a proposal without keeps the body it always had."""
+    def proposed_body(
+        self,
+        premises: Sequence[Mapping[str, Any]],
+        declaration: TargetDeclaration | None = None,
+    ) -> dict[str, Any]:
+        """The PROPOSED entry's body: the decision, with the premises as observed, and the
+        target's declaration the gate goes by, so the ledger alone says how its money reads
+        (the gate always gives it; the notary writes its own record's into a proposal that
+        lacks one). `case_class` only when the case has one."""
         classed = {"case_class": self.case_class} if self.case_class else {}
+        declared = {"declaration": declaration.body()} if declaration is not None else {}
         return {
             **classed,
+            **declared,
             "case_id": self.case_id,
             "target": self.target,
             "action": self.action,

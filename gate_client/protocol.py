@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
 
+from gate_client.money import MoneyDeclaration
 from gate_client.targets import Found, NotFound, Target, Tier, Unknown
 from ledger.core.entries import Entry, EntryKind
 
@@ -550,6 +551,8 @@ class TargetDeclaration:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    # Where its payloads hold the money they move (gate_client.money); None: they move none.
+    money: MoneyDeclaration | None = None
 
     @classmethod
     def of(cls, target: Target) -> TargetDeclaration:
@@ -561,6 +564,45 @@ class TargetDeclaration:
             evidence_window=target.evidence_window,
             attests_before_acting=target.attests_before_acting,
             lookup_needs_key=target.lookup_needs_key,
+            money=target.money,
+        )
+
+    def body(self) -> dict[str, Any]:
+        """As a PROPOSED body carries it, so a reader of the ledger alone (the verifier) reads
+        the effect's money as the gate and the notary did. Windows in whole microseconds."""
+        return {
+            "tier": int(self.tier),
+            "queryable": self.queryable,
+            "max_inflight_us": _microseconds(self.max_inflight),
+            "key_window_us": _microseconds(self.key_window),
+            "evidence_window_us": _microseconds(self.evidence_window),
+            "attests_before_acting": self.attests_before_acting,
+            "lookup_needs_key": self.lookup_needs_key,
+            "money": self.money.body() if self.money is not None else None,
+        }
+
+    @classmethod
+    def from_body(cls, body: object) -> TargetDeclaration:
+        """ValueError for anything but a declaration's body."""
+        if not isinstance(body, Mapping) or set(body) != _DECLARATION_KEYS:
+            raise ValueError(
+                f"a declaration is an object with exactly {', '.join(sorted(_DECLARATION_KEYS))}"
+            )
+        flags = ("queryable", "attests_before_acting", "lookup_needs_key")
+        if body["tier"] not in (1, 2, 3) or any(not isinstance(body[f], bool) for f in flags):
+            raise ValueError("a declaration's tier is 1, 2 or 3 and its flags are booleans")
+        max_inflight = _duration(body["max_inflight_us"])
+        if max_inflight is None:
+            raise ValueError("a declaration's max_inflight_us is a positive whole number")
+        return cls(
+            tier=Tier(body["tier"]),
+            queryable=body["queryable"],
+            max_inflight=max_inflight,
+            key_window=_duration(body["key_window_us"]),
+            evidence_window=_duration(body["evidence_window_us"]),
+            attests_before_acting=body["attests_before_acting"],
+            lookup_needs_key=body["lookup_needs_key"],
+            money=MoneyDeclaration.from_body(body["money"]) if body["money"] is not None else None,
         )
 
     def differences(self, other: TargetDeclaration) -> list[str]:
@@ -570,6 +612,39 @@ class TargetDeclaration:
             for name in self.__dataclass_fields__
             if getattr(self, name) != getattr(other, name)
         ]
+
+
+_DECLARATION_KEYS = frozenset(
+    {
+        "tier",
+        "queryable",
+        "max_inflight_us",
+        "key_window_us",
+        "evidence_window_us",
+        "attests_before_acting",
+        "lookup_needs_key",
+        "money",
+    }
+)
+
+
+def _microseconds(window: timedelta | None) -> int | None:
+    return None if window is None else window // timedelta(microseconds=1)
+
+
+def _duration(microseconds: object) -> timedelta | None:
+    if microseconds is None:
+        return None
+    if isinstance(microseconds, bool) or not isinstance(microseconds, int) or microseconds < 1:
+        raise ValueError("a declaration's windows are positive whole numbers of microseconds")
+    return timedelta(microseconds=microseconds)
+
+
+def proposed_declaration(proposed: Mapping[str, Any]) -> TargetDeclaration | None:
+    """The declaration a PROPOSED body carries; None for one proposed before declarations were
+    carried, whose money is then unknown (never guessed from field names)."""
+    body = proposed.get("declaration")
+    return TargetDeclaration.from_body(body) if body is not None else None
 
 
 class Mode(enum.StrEnum):
@@ -670,14 +745,14 @@ class Settled:
 
 
 @dataclass(frozen=True)
-class Held:
+class HeldOnEvidence:
     """Evidence (entry `evidence_seq`) says it was performed, at odds with its record: it is not
     dispatched automatically, and waits for a person (evidence_hold)."""
 
     evidence_seq: int
 
 
-Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled | Held
+Step = Ask | CheckAgain | Dispatch | Wait | Record | Settled | HeldOnEvidence
 
 
 def decide(facts: Facts) -> Step:
@@ -690,7 +765,7 @@ def decide(facts: Facts) -> Step:
         return Settled(now_standing)
     held = evidence_hold(facts.history)
     if held is not None:
-        return Held(held.seq)
+        return HeldOnEvidence(held.seq)
     dispatches = [e for e in facts.history if e.kind == EntryKind.DISPATCHED]
     if not dispatches:
         return _first_dispatch(facts)

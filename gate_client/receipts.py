@@ -10,9 +10,10 @@ from copy import deepcopy
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
-from gate_client.budgets import BudgetStatement, statement_of
+from gate_client.authorization import DispatchRequest, Fire, authorize
+from gate_client.budgets import BudgetStatement, Spent, statement_of
 from gate_client.holds import current_hold
-from gate_client.leases import lease_refusal, lease_states
+from gate_client.leases import lease_states
 from gate_client.protocol import (
     COMMITTED_STATES,
     Happened,
@@ -219,26 +220,25 @@ def _lease_was_live(
     proposed: Mapping[str, Any],
     statement: BudgetStatement | None,
 ) -> bool:
-    """Replay the lease entries that precede the dispatch and apply the dispatch-time rule;
-    under a budgeted lease, the effect's budget statement must state exactly the lease's
-    budgets, each with room for it. (Whether the statement's figures are what the ledger held
-    then is re-derived from the whole log, by the auditor's verifier.)"""
+    """Ask the protocol's one authorization function again, on the lease entries that precede
+    the dispatch, at its instant: it was authorized exactly when the answer is the body that
+    was recorded, the budget statement included (the spends it states before it are taken as
+    stated; whether the ledger held them then is re-derived from the whole log, by the
+    auditor's verifier). A hold is a person's to lift, not a term of the lease: not replayed."""
     body = fired.body_value()
-    before = [e for e in journal if e.seq < fired.seq]
-    state = lease_states(before).get(body["lease_id"])
-    refusal = lease_refusal(
-        state,
-        case_id=proposed["case_id"],
-        action=proposed["action"],
-        payload=proposed["payload"],
-        payload_hash=proposed["payload_hash"],
-        now=fired.created_at,
-        case_class=proposed.get("case_class"),
+    request = DispatchRequest.of_proposal(
+        fired.effect_id, proposed, body["attempt"], body["premises"], body["recovery"]
     )
-    if refusal is not None or state is None:
-        return False
-    budgets = state.lease.budgets
-    return not budgets or (statement is not None and statement.within(budgets, proposed["payload"]))
+    stated = {s.budget: s.spent_before for s in statement.standings} if statement else {}
+    decision = authorize(
+        request=request,
+        lease=lease_states(e for e in journal if e.seq < fired.seq).get(body["lease_id"]),
+        now=fired.created_at,
+        spender=statement.spender if statement is not None else "",
+        spent_for=lambda budget: stated.get(budget, Spent()),
+        hold=lambda: None,
+    )
+    return isinstance(decision, Fire) and decision.body == body
 
 
 def check_chain(journal: Iterable[Entry], *, origin: str) -> list[Entry]:

@@ -17,7 +17,7 @@ service's ``effect_id``. What the comparison finds:
   commit recorded (a second refund a peer that does not dedupe let through, or a hand refund
   made again with the effect's metadata);
 - ``amount_differs``: the provider shows an object for an effect that moved another amount, or
-  another currency, than the effect's payload says (gate_client.money.payload_money): a refund
+  another currency, than the effect's payload says (gate_client.money, by its declaration): a refund
   made by hand with the effect's metadata for another sum, which a lookup by metadata alone
   would take as the effect's own. Each such object is one, whatever else it is (the effect's
   own object, a duplicate, an object of an effect not committed).
@@ -102,7 +102,7 @@ class AdmittedEffect:
     state: str  # its receipt's final state
     result_ref: str  # what its commit recorded the provider called it ("" none)
     settled_at: datetime | None
-    money: Money | None = None  # what its payload says it moves (payload_money); None: no amount
+    money: Money | None = None  # what its PROPOSED says it moves (proposed_money); None: none
 
     @property
     def happened(self) -> bool:

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from babel.numbers import get_currency_precision
 
-from gate_client.money import payload_money
+from gate_client.money import proposed_money
 from ledger.core.entries import Entry
 
 
@@ -34,7 +34,7 @@ class Summary:
 
     def add(self, final_state: str, proposed: Entry) -> None:
         body = proposed.body_value()
-        money = payload_money(body.get("payload"))
+        money = proposed_money(body)
         currency = money.currency if money is not None else ""
         month = proposed.created_at.strftime("%Y-%m")
         key = (month, str(body.get("target", "")), final_state, currency)

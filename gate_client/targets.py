@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from gate_client.money import MoneyDeclaration
+
 
 class Tier(enum.IntEnum):
     DEDUPES = 1  # replays on an idempotency key: resend under the same key
@@ -72,6 +74,12 @@ class Target(Protocol):
     # The lookup answers only while the target remembers the key (Resend's key probe): past
     # the key window its "not found" means nothing, so the target is not tier 2 then.
     lookup_needs_key: bool
+
+    @property
+    def money(self) -> MoneyDeclaration | None:
+        """Which payload fields hold the money an effect moves (gate_client.money): lease
+        limits, budgets and the adapter's send read only these. None: it moves no money."""
+        ...
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome: ...
 

@@ -71,11 +71,12 @@ from gate_client.export_format import (
     TLOG_PROOF_FORMAT,
     carried_envelope,
 )
+from gate_client.leases import Lease
 from gate_client.mandates import (
     Mandate,
     MandateError,
     check_evidence,
-    mandate_terms,
+    granted_terms,
     regrant_refusal,
 )
 from gate_client.proved import NotProved, check_served_receipt
@@ -698,14 +699,15 @@ class _Walk:
         mandate = _check_mandate(entry, where)
         if mandate is None:
             return
+        lease = Lease.from_body(entry.body_value())
+        terms = granted_terms(lease, mandate)
         earlier = self.granted.setdefault(mandate.mandate_hash, [])
-        refusal = regrant_refusal(mandate, earlier)
+        refusal = regrant_refusal(mandate, terms, earlier)
         if refusal is not None:
             raise Failure("integrity", where, f"lease entry {entry.seq}: {refusal}")
-        lease_id = str(entry.body_value()["lease_id"])
-        earlier.append(lease_id)
-        self.pools[lease_id] = mandate.mandate_hash
-        total = mandate_terms(mandate).total
+        earlier.append(lease.lease_id)
+        self.pools[lease.lease_id] = mandate.mandate_hash
+        total = terms.total
         if total is not None:
             self.totals[mandate.mandate_hash] = total
 

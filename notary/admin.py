@@ -812,6 +812,7 @@ class TargetAdmin(ReadOnlyAdmin):
         "key_window",
         "evidence_window",
         "attests_before_acting",
+        "money_amount_field",
     ]
     list_filter = ["tenant", "tier", "attests_before_acting"]
     fields = [
@@ -825,6 +826,9 @@ class TargetAdmin(ReadOnlyAdmin):
         "attests_before_acting",
         "lookup_needs_key",
         "lookup_url",
+        "money_amount_field",
+        "money_currency_field",
+        "money_currency",
         "created_at",
     ]
 

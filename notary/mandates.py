@@ -16,13 +16,13 @@ from django.utils import timezone
 from gate_client.mandates import (
     Mandate,
     MandateError,
+    MandateTerms,
     TrustedKey,
     mandate_terms,
     regrant_refusal,
     trusted_key,
     verify_mandate,
 )
-from gate_client.money import AMOUNT_FIELDS
 from ledger.selectors import get_entry
 from ledger.services import lock_log
 from notary.errors import NotaryConflict, NotaryForbidden, NotaryInputError, NotaryNotFound
@@ -92,19 +92,20 @@ def lease_grant_from_mandate(
     refused NotaryConflict mandate_spent; a later lease of an open one shares the earlier
     leases' budget pool, its window reaching back to the first grant."""
     check_approver(tenant=tenant, approver=approver)
-    if amount_field not in AMOUNT_FIELDS:
-        raise NotaryInputError(f"amount_field is one of {', '.join(AMOUNT_FIELDS)}")
     now = timezone.now()
     try:
         verified = verify_mandate(mandate, _trusted_keys(tenant), now=now)
     except MandateError as exc:
         raise _refusal(exc) from exc
-    bound = mandate_terms(verified)
+    try:
+        bound = mandate_terms(verified, amount_field=amount_field)
+    except MandateError as exc:
+        raise _refusal(exc) from exc
     ends = [end for end in (expires_at, bound.expires_at) if end is not None]
     if not ends:
         raise NotaryInputError("the mandate states no end: give the lease an expires_at")
     bound = replace(bound, expires_at=min(ends))
-    first_granted = _first_grant(tenant=tenant, mandate=verified)
+    first_granted = _first_grant(tenant=tenant, mandate=verified, terms=bound)
     budget = bound.budget(granted_at=first_granted or now)
     terms = lease_terms(
         case_id=case_id,
@@ -128,7 +129,7 @@ def lease_grant_from_mandate(
     )
 
 
-def _first_grant(*, tenant: Tenant, mandate: Mandate) -> datetime | None:
+def _first_grant(*, tenant: Tenant, mandate: Mandate, terms: MandateTerms) -> datetime | None:
     """When the mandate was first granted, if it was and may be granted again; else
     NotaryConflict mandate_spent. Decided under the log lock, held by the grant's transaction
     until its LEASE_GRANTED is in, so two grants of one mandate at once cannot both find none
@@ -139,7 +140,7 @@ def _first_grant(*, tenant: Tenant, mandate: Mandate) -> datetime | None:
         .order_by("granted_seq")
         .values_list("lease_id", "granted_seq")
     )
-    refusal = regrant_refusal(mandate, [lease_id for lease_id, _ in earlier])
+    refusal = regrant_refusal(mandate, terms, [lease_id for lease_id, _ in earlier])
     if refusal is not None:
         raise NotaryConflict("mandate_spent", refusal, lease_id=earlier[0][0])
     if not earlier:

@@ -12,7 +12,10 @@ from django.db import models
 
 from gate_client.holds import DEFAULT_HOLD_SCOPE, HoldScope
 from gate_client.leases import cases_in_words
+from gate_client.money import MoneyDeclaration
+from gate_client.protocol import TargetDeclaration
 from gate_client.reconciliation import FindingKind
+from gate_client.targets import Tier as GateTier
 from ledger.core.entries import MAX_EFFECT_ID_LENGTH
 from ledger.models import Log
 
@@ -131,6 +134,12 @@ class Target(models.Model):
     # target has forgotten the key: past the key window it is not tier 2.
     lookup_needs_key = models.BooleanField(default=False)
     lookup_url = models.URLField(blank=True)  # the notary's own lookup, for tier 2
+    # Where its payloads hold the money they move, in minor units (gate_client.money): the
+    # amount's field ("" for a target that moves none), and the currency's field or the one
+    # fixed currency (or neither).
+    money_amount_field = models.CharField(max_length=100, blank=True)
+    money_currency_field = models.CharField(max_length=100, blank=True)
+    money_currency = models.CharField(max_length=3, blank=True)
     # How long its effects may wait for a person in the review queue before they are overdue.
     review_sla = models.DurationField(
         default=DEFAULT_REVIEW_SLA,
@@ -153,10 +162,50 @@ class Target(models.Model):
             models.CheckConstraint(
                 condition=models.Q(review_sla__gt=timedelta(0)), name="target_review_sla_positive"
             ),
+            # Money is declared whole: a currency only beside an amount, in a field or fixed
+            # (not both), the fixed one three capitals, and the amount and currency two fields.
+            models.CheckConstraint(
+                condition=(
+                    models.Q(money_amount_field="", money_currency_field="", money_currency="")
+                    | (
+                        models.Q(money_amount_field__regex=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+                        & (models.Q(money_currency_field="") | models.Q(money_currency=""))
+                        & (
+                            models.Q(money_currency="")
+                            | models.Q(money_currency__regex=r"^[A-Z]{3}$")
+                        )
+                        & ~models.Q(money_currency_field=models.F("money_amount_field"))
+                    )
+                ),
+                name="target_money_declared_whole",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name} (tier {self.tier})"
+
+    def declaration(self) -> TargetDeclaration:
+        """What this record declares, in the protocol's terms: the declaration the gate's
+        adapter must match and every PROPOSED of the target carries."""
+        money = (
+            MoneyDeclaration(
+                self.money_amount_field,
+                self.money_currency_field or None,
+                self.money_currency or None,
+            )
+            if self.money_amount_field
+            else None
+        )
+        return TargetDeclaration(
+            tier=GateTier(self.tier),
+            queryable=self.queryable,
+            max_inflight=self.max_inflight,
+            key_window=self.key_window,
+            evidence_window=self.evidence_window,
+            attests_before_acting=self.attests_before_acting,
+            lookup_needs_key=self.lookup_needs_key,
+            money=money,
+        )
 
 
 def _one_case_scope(name: str) -> models.CheckConstraint:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from gate_client.budgets import spend_of
-from gate_client.money import payload_money
+from gate_client.money import proposed_money
 from gate_client.protocol import Standing, entry_state, last_attempt, queued_by, standing
 from gate_client.receipts import derive_receipt
 from ledger.core.entries import Entry, EntryKind
@@ -25,7 +25,7 @@ def effect_fields(history: Sequence[Entry]) -> dict[str, Any]:
     first = next((e for e in history if entry_state(e) is not None), None)
     stood = standing(history)
     stands = stood.verdict
-    money = payload_money(body.get("payload"))
+    money = proposed_money(body)
     spend = spend_of(history)
     result_ref = (
         stands.body_value().get("result_ref", "")

@@ -171,7 +171,11 @@ def provider_records(source: ReconciliationSource, window: Window) -> Iterator[P
         http_client = resend.RequestsClient(timeout=int(PROVIDER_TIMEOUT_SECONDS))
         return emails_created(http_client, source.api_key, source.base_url or RESEND_API, window)
     return effects_created(
-        source.base_url, window, api_key=source.api_key, timeout_seconds=PROVIDER_TIMEOUT_SECONDS
+        source.base_url,
+        window,
+        api_key=source.api_key,
+        timeout_seconds=PROVIDER_TIMEOUT_SECONDS,
+        money=source.target.declaration().money,
     )
 
 

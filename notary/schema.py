@@ -50,12 +50,13 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.serializers import BaseSerializer, ListSerializer
 
-from gate_client.journal import DispatchRequest
+from gate_client.authorization import DispatchRequest
 from gate_client.leases import Lease as LeaseTerms
-from gate_client.money import Money, payload_money
+from gate_client.money import Money, MoneyDeclaration
 from gate_client.proposal import Premise, PremiseResult, Proposal
-from gate_client.protocol import sent_body
+from gate_client.protocol import TargetDeclaration, sent_body
 from gate_client.reconciliation import AdmittedEffect, ProviderRecord, Window, compare
+from gate_client.targets import Tier
 from ledger.api.schema import ErrorOutput, refusal, refusal_lines, status_of
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import Entry, EntryKind, format_timestamp, genesis_hash, seal_entry
@@ -371,7 +372,16 @@ REFUND = Proposal(
     tenant=EXAMPLE_TENANT,
 )
 PREMISES = [premise.evaluate() for premise in REFUND.premises]  # as the gate observes them
-PROPOSED_BODY = REFUND.proposed_body(PREMISES)
+# The demo's payments target, as its gate declares it (example_target is its record).
+EXAMPLE_MONEY = MoneyDeclaration(amount_field="amount_cents", currency_field="currency")
+EXAMPLE_DECLARATION = TargetDeclaration(
+    tier=Tier.DEDUPES,
+    queryable=True,
+    max_inflight=timedelta(seconds=2),
+    key_window=timedelta(hours=24),
+    money=EXAMPLE_MONEY,
+)
+PROPOSED_BODY = REFUND.proposed_body(PREMISES, EXAMPLE_DECLARATION)
 FIRST_DISPATCH = DispatchRequest.of_proposal(REFUND.effect_id, PROPOSED_BODY, 1, PREMISES, False)
 RESEND = DispatchRequest.of_proposal(REFUND.effect_id, PROPOSED_BODY, 2, PREMISES, True)
 REFUND_TERMS = LeaseTerms(
@@ -482,6 +492,8 @@ def example_target() -> Target:
         attests_before_acting=False,
         lookup_needs_key=False,
         lookup_url="",
+        money_amount_field=EXAMPLE_MONEY.amount_field,
+        money_currency_field=EXAMPLE_MONEY.currency_field or "",
         created_at=EXAMPLE_AT - timedelta(days=1),
     )
 
@@ -524,12 +536,13 @@ GRANT_TERMS = {  # notary.management.commands.demo._grant
     "requested_by": EXAMPLE_AGENT,
     "limits": dict(EXAMPLE_LIMITS),
 }
-TARGET_PAYMENTS = {  # the demo's target_register
+TARGET_PAYMENTS: dict[str, Any] = {  # the demo's target_register
     "name": EXAMPLE_TARGET,
     "tier": 1,
     "queryable": True,
     "max_inflight_seconds": 2.0,
     "key_window_seconds": 24 * 3600.0,
+    "money": {"amount_field": "amount_cents", "currency_field": "currency"},
 }
 ATTEST_BEFORE = {"effect_id": REFUND.effect_id, "stage": "before_acting"}  # testkit Attestor
 ATTEST_PERFORMED = {
@@ -596,7 +609,7 @@ EXAMPLE_FINDINGS = compare(
             "COMMITTED",
             EXAMPLE_RESULT_REF,
             COMMITTED.created_at,
-            payload_money(REFUND.payload),
+            Money(REFUND.payload["amount_cents"], ""),
         )
     },
     EXAMPLE_WINDOW,

@@ -15,7 +15,6 @@ from rest_framework.utils.serializer_helpers import BindingDict
 
 from gate_client.budgets import MAX_WINDOW_SECONDS, BudgetPer
 from gate_client.mandates import MAX_TOKEN
-from gate_client.money import AMOUNT_FIELDS
 from gate_client.protocol import AGENT_VERDICT_KINDS, COMMITTED_STATES
 from gate_client.reconciliation import FindingKind
 from ledger.api.schema import ErrorOutput
@@ -46,6 +45,7 @@ CASE_CLASS_HELP = "a standing lease: every case the proposal says is of this cla
 CASE_PATTERN_HELP = 'a standing lease: every case id matching this pattern ("RF-*")'
 HASH_MESSAGE = "payload_hash must be 64 lowercase hex digits (SHA-256)"
 TARGET_NAME = r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$"  # notary.services._TARGET_NAME
+MONEY_FIELD = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"  # a payload key (gate_client.money)
 FINDING_KINDS = [str(kind) for kind in FindingKind]  # SPECTACULAR_SETTINGS' FindingKindEnum
 OUTCOME_KINDS = sorted(AGENT_VERDICT_KINDS)  # and its KindEnum
 
@@ -278,10 +278,12 @@ class LeaseFromMandateInput(serializers.Serializer):  # type: ignore[type-arg]
     expires_at = serializers.DateTimeField(
         required=False, help_text="end the lease before the mandate ends (required if it never)"
     )
-    amount_field = serializers.ChoiceField(
-        choices=list(AMOUNT_FIELDS),
+    amount_field = StrictRegexField(
+        MONEY_FIELD,
+        max_length=100,
         required=False,
-        help_text="the payload field the mandate's amount range bounds (default amount)",
+        help_text="the payload field the mandate's amount range bounds (default amount): the "
+        "amount field its target declares, or every dispatch under the lease is refused",
     )
 
 
@@ -328,6 +330,30 @@ class WindowSeconds(StrictFloatField):
     """A target's window, in seconds: positive (refused by the service), at most 10 years."""
 
 
+class MoneyInput(serializers.Serializer):  # type: ignore[type-arg]
+    """Where a target's payloads hold the money they move (gate_client.money)."""
+
+    amount_field = StrictRegexField(
+        MONEY_FIELD, max_length=100, help_text="the payload key of the amount, in minor units"
+    )
+    currency_field = StrictRegexField(
+        MONEY_FIELD,
+        max_length=100,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="the payload key of its ISO 4217 currency",
+    )
+    currency = StrictRegexField(
+        r"^[A-Z]{3}$",
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="or the one currency it always moves",
+    )
+    unit = serializers.ChoiceField(choices=["minor"], required=False, default="minor")
+
+
 class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
     """A target's declaration; the windows in seconds. Claims that contradict each other are
     refused by the service, not stored."""
@@ -357,6 +383,12 @@ class TargetInput(serializers.Serializer):  # type: ignore[type-arg]
         default=DEFAULT_REVIEW_SLA.total_seconds(),
         help_text="how long its effects may wait in the review queue before they are overdue",
     )
+    money = MoneyInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="which payload fields hold the money its effects move; null: none",
+    )
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         """Seconds in, durations out, as the service takes them."""
@@ -376,6 +408,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
     key_window_seconds = serializers.SerializerMethodField()
     evidence_window_seconds = serializers.SerializerMethodField()
     review_sla_seconds = serializers.SerializerMethodField()
+    money = serializers.SerializerMethodField()
 
     class Meta:
         model = Target
@@ -390,6 +423,7 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
             "lookup_needs_key",
             "lookup_url",
             "review_sla_seconds",
+            "money",
             "created_at",
         ]
 
@@ -405,6 +439,11 @@ class TargetOutput(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_review_sla_seconds(self, target: Target) -> float:
         return target.review_sla.total_seconds()
+
+    @extend_schema_field(MoneyInput(allow_null=True))
+    def get_money(self, target: Target) -> dict[str, Any] | None:
+        money = target.declaration().money
+        return money.body() if money is not None else None
 
 
 class LeaseRevokeInput(serializers.Serializer):  # type: ignore[type-arg]
@@ -475,6 +514,12 @@ class ProposalShape(serializers.Serializer):  # type: ignore[type-arg]
     payload_hash = StrictRegexField(PAYLOAD_HASH, error_messages={"invalid": HASH_MESSAGE})
     premises: serializers.ListSerializer[Any] = serializers.ListSerializer(
         child=ProposedPremise(), max_length=MAX_PREMISES
+    )
+    declaration = serializers.DictField(
+        required=False,
+        help_text="the target's declaration the gate goes by (gate_client.protocol."
+        "TargetDeclaration.body, money included): must be the notary's record of the target; "
+        "without it the notary writes its record's into the PROPOSED",
     )
 
     class Meta:

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from gate_client import holds
+from gate_client.authorization import DispatchRequest, Held, Refuse, authorize, proposal_refusal
 from gate_client.budgets import (
     Budget,
     budget_problem,
@@ -31,17 +32,16 @@ from gate_client.budgets import (
 from gate_client.holds import DEFAULT_HOLD_SCOPE, Hold, HoldScope, hold_for
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
-from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import Lease as LeaseTerms
 from gate_client.leases import LeaseState
-from gate_client.money import AMOUNT_FIELDS
+from gate_client.money import MINOR, MoneyDeclaration
 from gate_client.protocol import (
     AGENT_VERDICT_KINDS,
     COMMITTED_STATES,
     Answer,
     Ask,
     Facts,
-    Held,
+    HeldOnEvidence,
     Record,
     Settled,
     State,
@@ -311,9 +311,12 @@ def target_register(
     lookup_needs_key: bool = False,
     lookup_url: str = "",
     review_sla: timedelta = DEFAULT_REVIEW_SLA,
+    money: Mapping[str, Any] | None = None,
 ) -> Target:
     """Declare a target. What it allows is a claim the gate's guarantees rest on, so claims
-    that contradict each other are refused rather than stored."""
+    that contradict each other are refused rather than stored. `money`: which payload fields
+    hold the money its effects move (gate_client.money's MoneyDeclaration, as a body)."""
+    declared = _money_declaration(money)
     if not _TARGET_NAME.fullmatch(name):
         raise NotaryInputError(f"target name {name!r}: 1-63 of a-z, 0-9, '_' and '-'")
     if tier not in Tier.values:
@@ -348,7 +351,20 @@ def target_register(
         lookup_needs_key=lookup_needs_key,
         lookup_url=lookup_url,
         review_sla=review_sla,
+        money_amount_field=declared.amount_field if declared is not None else "",
+        money_currency_field=(declared.currency_field or "") if declared is not None else "",
+        money_currency=(declared.currency or "") if declared is not None else "",
     )
+
+
+def _money_declaration(money: Mapping[str, Any] | None) -> MoneyDeclaration | None:
+    if money is None:
+        return None
+    given = {"currency_field": None, "currency": None, "unit": MINOR, **money}
+    try:
+        return MoneyDeclaration.from_body(given)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise NotaryInputError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -393,10 +409,6 @@ def lease_terms(
         raise NotaryInputError("expires_at must be in the future")
     checked = dict(limits or {})
     _check_limits(checked)
-    if named[0] != "case_id" and not any(name in checked for name in AMOUNT_FIELDS):
-        raise NotaryInputError(
-            "a standing lease bounds each effect's amount: give it an amount_cents or amount limit"
-        )
     if payload_hash is not None and not re.fullmatch(r"[0-9a-f]{64}", payload_hash):
         raise NotaryInputError("payload_hash must be 64 lowercase hex digits (SHA-256)")
     money = currency.upper() if isinstance(currency, str) and currency else None
@@ -650,11 +662,10 @@ def _grant(
 
 def _check_grant_policy(*, tenant: Tenant, terms: LeaseTermsChecked) -> None:
     """The tenant's policy, as stored now, bounds the amount and the duration of a grant: every
-    limit on a field that carries the payload's amount (gate_client.money), whichever it is."""
+    limit, since a limit bounds the amount its target declares (gate_client.money)."""
     policy = Tenant.objects.values("max_lease_amount_cents", "max_lease_duration").get(pk=tenant.pk)
-    for name in AMOUNT_FIELDS:
-        amount = terms.limits.get(name)
-        if amount is not None and amount > policy["max_lease_amount_cents"]:
+    for name, amount in terms.limits.items():
+        if amount > policy["max_lease_amount_cents"]:
             raise NotaryForbidden(
                 "beyond_policy",
                 f"{name} {amount} is more than this tenant lets an approver grant "
@@ -762,7 +773,8 @@ PROPOSAL_KEYS = frozenset(
     {"case_id", "target", "action", "tenant", "lease_id", "payload", "payload_hash", "premises"}
 )
 PROPOSAL_KEYS_REFUSAL = (
-    f"a proposal has exactly the keys {', '.join(sorted(PROPOSAL_KEYS))}, and optionally case_class"
+    f"a proposal has exactly the keys {', '.join(sorted(PROPOSAL_KEYS))}, and optionally "
+    "case_class and declaration"
 )
 
 
@@ -812,7 +824,10 @@ def _propose(
     dispatch_premises: Sequence[Mapping[str, Any]] | None,
     dispatcher: ApiKey | None,
 ) -> tuple[Proposed, Hold | None]:
-    _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
+    declared = _check_proposal(tenant=tenant, effect_id=effect_id, proposal=proposal)
+    # The PROPOSED carries the declaration it was checked against, so the ledger alone says
+    # how its money reads; a proposal that carries none gets the record's.
+    proposal = {**proposal, "declaration": declared.body()}
     if dispatch_premises is not None:
         _check_holding(dispatch_premises)
     return in_log_order(
@@ -984,37 +999,36 @@ def _checked_dispatch(
     stored now). A first dispatch under a budgeted lease spends, by the dispatching key."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
     lease = lease_with_tenant(tenant=tenant, lease_id=proposed["lease_id"])
-    state = _lease_state(lease)
-    refusal = request.lease_refusal(state, now=now) or _requester_refusal(lease, dispatcher)
-    if refusal is not None:
-        raise NotaryConflict("lease_refused", refusal[1], reason=refusal[0])
-    assert lease is not None  # no lease is refused above
-    scope = HoldScope(lease.tenant.hold_scope)
-    hold = hold_for(
-        scope,
-        effect_id=effect_id,
-        proposed=proposed,
-        attempt=attempt,
-        history=history,
-        candidates=holding_candidates(
-            tenant=tenant, scope=scope, proposed=proposed, effect_id=effect_id
+    requester = _requester_refusal(lease, dispatcher)
+    if requester is not None:
+        raise NotaryConflict("lease_refused", requester[1], reason=requester[0])
+    # The tenant's hold scope as stored now: lease_with_tenant read it under the log lock.
+    scope = HoldScope((lease.tenant if lease is not None else tenant).hold_scope)
+    spender = dispatcher.key_id if dispatcher is not None else ""
+    decision = authorize(
+        request=request,
+        lease=_lease_state(lease),
+        now=now,
+        spender=spender,
+        spent_for=lambda budget: budget_spent(
+            tenant=tenant, lease_id=request.lease_id, budget=budget, now=now, spender=spender
+        ),
+        hold=lambda: hold_for(
+            scope,
+            effect_id=effect_id,
+            proposed=proposed,
+            attempt=attempt,
+            history=history,
+            candidates=holding_candidates(
+                tenant=tenant, scope=scope, proposed=proposed, effect_id=effect_id
+            ),
         ),
     )
-    if hold is not None:
-        return hold
-    spender = dispatcher.key_id if dispatcher is not None else ""
-    try:
-        body = request.checked_entry_body(
-            state,
-            now=now,
-            spender=spender,
-            spent_for=lambda budget: budget_spent(
-                tenant=tenant, lease_id=request.lease_id, budget=budget, now=now, spender=spender
-            ),
-        )
-    except LeaseRefused as refused:
-        raise NotaryConflict("lease_refused", refused.detail, reason=refused.reason) from None
-    return NewEntry(kind=EntryKind.DISPATCHED, body=body, effect_id=effect_id)
+    if isinstance(decision, Refuse):
+        raise NotaryConflict("lease_refused", decision.detail, reason=decision.reason)
+    if isinstance(decision, Held):
+        return decision.hold
+    return NewEntry(kind=EntryKind.DISPATCHED, body=dict(decision.body), effect_id=effect_id)
 
 
 def _held_entry(effect_id: str, history: Sequence[LedgerEntry], hold: Hold) -> list[NewEntry]:
@@ -1343,7 +1357,7 @@ def _attestation_record(
     now = lock_log(log=tenant.log)
     history = _history_of(tenant=tenant, effect_id=effect_id)
     target = Target.objects.get(tenant=tenant, name=_proposed_body(history)["target"])
-    declared = target_declaration(target)
+    declared = target.declaration()
     if stage == "before_acting":
         refused = intent_refusal(history, declared, now)
         if refused is not None:
@@ -1562,8 +1576,12 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
     return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 
 
-def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]) -> None:
-    if set(proposal) - {"case_class"} != PROPOSAL_KEYS:
+def _check_proposal(
+    *, tenant: Tenant, effect_id: str, proposal: Mapping[str, Any]
+) -> TargetDeclaration:
+    """The target's declaration, once the proposal is one the notary may write: well formed,
+    declaring its target as the record does, and with money that reads one way."""
+    if set(proposal) - {"case_class", "declaration"} != PROPOSAL_KEYS:
         raise NotaryInputError(PROPOSAL_KEYS_REFUSAL)
     for key, limit in _PROPOSAL_TEXT.items():
         _check_text(f"proposal.{key}", proposal[key], limit=limit)
@@ -1588,8 +1606,32 @@ def _check_proposal(*, tenant: Tenant, effect_id: str, proposal: Mapping[str, An
     if proposal["payload_hash"] != digest:
         raise NotaryInputError("proposal.payload_hash is not the SHA-256 of the canonical payload")
     _check_premises(proposal["premises"])
-    if not target_registered(tenant=tenant, name=proposal["target"]):
+    return _checked_declaration(tenant=tenant, proposal=proposal)
+
+
+def _checked_declaration(*, tenant: Tenant, proposal: Mapping[str, Any]) -> TargetDeclaration:
+    """The proposal's target's declaration, as the notary's record holds it: the proposal's
+    own, if it carries one, must be the same, and a money target's payload must read one way
+    (gate_client.money)."""
+    target = target_registered(tenant=tenant, name=proposal["target"])
+    if target is None:
         raise NotaryInputError(f"no target {proposal['target']!r}: register it first")
+    held = target.declaration()
+    if "declaration" in proposal:
+        try:
+            given = TargetDeclaration.from_body(proposal["declaration"])
+        except (ValueError, TypeError) as exc:
+            raise NotaryInputError(f"proposal.declaration: {exc}") from exc
+        differences = given.differences(held)
+        if differences:
+            raise NotaryInputError(
+                f"proposal.declaration is not target {target.name!r}'s record (proposal != "
+                f"record): {'; '.join(differences)}"
+            )
+    ambiguous = proposal_refusal(proposal["payload"], held)
+    if ambiguous is not None:
+        raise NotaryInputError(f"proposal.payload: {ambiguous}")
+    return held
 
 
 _PROPOSAL_TEXT = {
@@ -1664,19 +1706,6 @@ def _check_outcome_fields(body: Mapping[str, Any]) -> None:
 _LOOKUP_TIMEOUT = timedelta(seconds=5)
 
 
-def target_declaration(target: Target) -> TargetDeclaration:
-    """What the notary's record of a target declares, in the protocol's terms."""
-    return TargetDeclaration(
-        tier=GateTier(target.tier),
-        queryable=target.queryable,
-        max_inflight=target.max_inflight,
-        key_window=target.key_window,
-        evidence_window=target.evidence_window,
-        attests_before_acting=target.attests_before_acting,
-        lookup_needs_key=target.lookup_needs_key,
-    )
-
-
 def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     """Settle one effect left in flight, as far as the notary can: the protocol's recovery
     decision (protocol.decide) with the notary's own answers — the target's lookup where a
@@ -1690,7 +1719,7 @@ def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
     history = effect_entries(log=tenant.log, effect_id=effect_id)
     answer: Answer | None = None
     while True:
-        facts = Facts(history, target_declaration(target), timezone.now(), answer=answer)
+        facts = Facts(history, target.declaration(), timezone.now(), answer=answer)
         step = decide(facts)
         if isinstance(step, Settled):
             return "nothing_to_do"
@@ -1698,7 +1727,7 @@ def effect_sweep(*, tenant: Tenant, effect_id: str) -> str:
             return "in_flight"
         if isinstance(step, Record):
             return _notary_verdict(tenant=tenant, effect=effect, verdict=step)
-        if isinstance(step, Held):
+        if isinstance(step, HeldOnEvidence):
             return "held"  # in the review queue: a person decides
         if not isinstance(step, Ask):
             return "needs_agent"  # a re-check and a resend are the agent's to make

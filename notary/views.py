@@ -15,10 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gate_client.authorization import DispatchRequest, Refuse, authorize
 from gate_client.budgets import Budget, BudgetPer, Spent
 from gate_client.holds import Hold, HoldScope
 from gate_client.ids import effect_id_for
-from gate_client.journal import DispatchRequest, LeaseRefused
 from gate_client.leases import LeaseState
 from gate_client.reconciliation import ReconciliationError, Window
 from ledger.api.schema import error_responses, input_refusal, refusal
@@ -301,17 +301,17 @@ def _lease_refused(
 ) -> OpenApiExample:
     """The 409 of a dispatch the lease does not cover, as the lease check words it (with
     `spent` of each of its budgets before it)."""
-    try:
-        request.checked_entry_body(
-            state,
-            now=EXAMPLE_AT + timedelta(minutes=30),
-            spender=EXAMPLE_AGENT_KEY,
-            spent_for=lambda budget: spent,
-        )
-    except LeaseRefused as refused:
-        reason, detail = refused.reason, refused.detail
-    else:
+    decision = authorize(
+        request=request,
+        lease=state,
+        now=EXAMPLE_AT + timedelta(minutes=30),
+        spender=EXAMPLE_AGENT_KEY,
+        spent_for=lambda budget: spent,
+        hold=lambda: None,
+    )
+    if not isinstance(decision, Refuse):
         raise AssertionError("the example's lease covers its dispatch")
+    reason, detail = decision.reason, decision.detail
     return refusal(
         NotaryConflict("lease_refused", detail, reason=reason),
         meaning,

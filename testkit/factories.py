@@ -29,8 +29,10 @@ def register(
     queryable: bool | None = None,
     key_window: timedelta | None = None,
     review_sla: timedelta = DEFAULT_REVIEW_SLA,
+    money: Mapping[str, Any] | None = None,
 ) -> Target:
-    """A target of `tier`, queryable when it is tier 2 unless `queryable` says otherwise."""
+    """A target of `tier`, queryable when it is tier 2 unless `queryable` says otherwise;
+    `money` as POST /v1/targets takes it (gate_client.money)."""
     return services.target_register(
         tenant=tenant,
         name=name,
@@ -41,6 +43,7 @@ def register(
         evidence_window=evidence_window,
         lookup_url=lookup_url,
         review_sla=review_sla,
+        money=money,
     )
 
 
@@ -146,3 +149,9 @@ def client_for(tenant: Tenant, role: str, holder: str, *, targets: Sequence[str]
     token = token_for(tenant, role, holder, targets=targets)
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     return client
+
+
+# The money of a payments target whose payloads say {"amount_cents": ..., "currency": ...}, and
+# of a Stripe refunds target ({"amount": ...}), as POST /v1/targets takes them.
+CENTS_MONEY = {"amount_field": "amount_cents", "currency_field": "currency"}
+STRIPE_MONEY = {"amount_field": "amount", "currency_field": "currency"}

@@ -15,7 +15,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gate_client.journal import DispatchRequest, LocalJournal
+from gate_client.authorization import DispatchRequest
+from gate_client.journal import LocalJournal
 from gate_client.leases import Lease, LeaseState
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import Found, InDoubt, LookupOutcome, NotFound, SendOutcome, Unknown
@@ -182,6 +183,7 @@ class FaultyTarget:
         self.evidence_window = inner.evidence_window
         self.attests_before_acting = inner.attests_before_acting
         self.lookup_needs_key = inner.lookup_needs_key
+        self.money = inner.money
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         journal = LocalJournal(self.journal_path)

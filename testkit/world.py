@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from gate_client.authorization import DispatchRequest, Refuse, authorize
+from gate_client.budgets import Spent
+from gate_client.leases import LeaseState
+from gate_client.money import MoneyDeclaration
+from gate_client.protocol import TargetDeclaration
 from gate_client.targets import (
     FailedDefinitively,
     Found,
@@ -20,6 +25,13 @@ from gate_client.targets import (
     SendOutcome,
     Sent,
     Tier,
+)
+
+# A payments service whose payloads hold their amount in cents and may name their currency:
+# what the tests' leases with an amount_cents limit bound.
+CENTS = MoneyDeclaration(amount_field="amount_cents", currency_field="currency")
+CENTS_DECLARATION = TargetDeclaration(
+    Tier.DEDUPES, True, timedelta(seconds=5), timedelta(hours=24), money=CENTS
 )
 
 
@@ -36,6 +48,7 @@ class NoOpTarget:
     evidence_window: timedelta | None = None
     attests_before_acting = False
     lookup_needs_key = False
+    money: MoneyDeclaration | None = None
 
     def __init__(self) -> None:
         self.sent: list[str] = []
@@ -62,6 +75,7 @@ class ServiceTarget:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    money: MoneyDeclaration | None = None
     dedupes: bool = True
     # Ground truth: every time the service really acted, with the key it was sent under.
     acted: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
@@ -96,3 +110,39 @@ class ServiceTarget:
 
     def _done(self, effect_id: str) -> bool:
         return any(key == effect_id for key, _ in self.acted)
+
+
+def dispatch_refusal(
+    state: LeaseState | None,
+    *,
+    case_id: str,
+    action: str,
+    payload: Mapping[str, Any],
+    now: datetime,
+    payload_hash: str = "h",
+    declaration: TargetDeclaration | None = CENTS_DECLARATION,
+    case_class: str | None = None,
+) -> tuple[str, str] | None:
+    """What the one authorization says of a first dispatch under `state`, with no budget spent
+    and no hold: (reason, detail), or None when it fires."""
+    request = DispatchRequest(
+        effect_id="eff_test",
+        attempt=1,
+        lease_id=state.lease.lease_id if state is not None else "",
+        case_id=case_id,
+        action=action,
+        payload=payload,
+        payload_hash=payload_hash,
+        premises=[],
+        case_class=case_class,
+        declaration=declaration,
+    )
+    decision = authorize(
+        request=request,
+        lease=state,
+        now=now,
+        spender="",
+        spent_for=lambda budget: Spent(),
+        hold=lambda: None,
+    )
+    return (decision.reason, decision.detail) if isinstance(decision, Refuse) else None

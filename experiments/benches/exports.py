@@ -69,8 +69,11 @@ from experiments.kit.database import add_database_argument, bench_database
 from experiments.kit.machine import CORES, LOAD_AT_START, environment, print_environment
 from experiments.kit.served import print_goals, verdict
 from experiments.kit.tables import aligned_table
-from gate_client.journal import DispatchRequest
+from gate_client.authorization import DispatchRequest
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Proposal
+from gate_client.protocol import TargetDeclaration
+from gate_client.targets import Tier
 from ledger.core.entries import EntryKind
 from testkit.paths import REPO_ROOT
 from testkit.processes import armed_env
@@ -139,6 +142,14 @@ def planned_state(rng: random.Random) -> str:
     return "COMMITTED"
 
 
+# What every bench target declares, as its gate writes it into each PROPOSED.
+DECLARATION = TargetDeclaration(
+    Tier.DEDUPES,
+    True,
+    timedelta(seconds=30),
+    timedelta(hours=24),
+    money=MoneyDeclaration(amount_field="amount_cents", currency_field="currency"),
+)
 PREMISES = [
     {"name": "order_refundable", "holds": True, "observed": {"status": "paid", "refunded": 0}}
 ]
@@ -150,7 +161,7 @@ def effect_entries(proposal: Proposal, state: str, n: int) -> tuple[list[NewEntr
     from ledger.services import NewEntry
 
     effect_id = proposal.effect_id
-    proposed = proposal.proposed_body(PREMISES)
+    proposed = proposal.proposed_body(PREMISES, DECLARATION)
     first = DispatchRequest.of_proposal(effect_id, proposed, 1, PREMISES, False)
     dispatches = [NewEntry(EntryKind.DISPATCHED, first.entry_body(), effect_id)]
     result_ref = f"re_{n:08d}"
@@ -203,6 +214,7 @@ def leased_tenant(
             queryable=True,
             max_inflight=timedelta(seconds=30),
             key_window=timedelta(hours=24),
+            money=DECLARATION.money.body() if DECLARATION.money is not None else None,
         )
     expires = datetime.now(UTC) + timedelta(days=1)
     leases = []

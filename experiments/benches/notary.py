@@ -112,6 +112,7 @@ class NoopTarget:
     evidence_window: timedelta | None = None
     attests_before_acting = False
     lookup_needs_key = False
+    money = None
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> Sent:
         return Sent(f"noop:{effect_id}")

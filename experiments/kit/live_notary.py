@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from experiments.kit.database import recreate_database, setup_django
+from gate_client.money import MoneyDeclaration
 from testkit.notary_server import running_notary
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class TargetSpec:
     evidence_window: timedelta | None = None
     key_window: timedelta | None = None
     attests_before_acting: bool = False
+    money: MoneyDeclaration | None = None  # where its payloads hold their money, if they do
 
 
 @dataclass
@@ -124,6 +126,7 @@ class LiveNotary:
                 key_window=spec.key_window,
                 evidence_window=spec.evidence_window,
                 attests_before_acting=spec.attests_before_acting,
+                money=spec.money.body() if spec.money is not None else None,
             )
             for spec in targets
         }

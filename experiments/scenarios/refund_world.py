@@ -204,6 +204,7 @@ class RefundWorld:
                 tier=3,
                 max_inflight=ATTESTED_MAX_INFLIGHT,
                 attests_before_acting=True,
+                money=worker.REFUND_MONEY,
             )
         else:
             spec = TargetSpec(
@@ -211,6 +212,7 @@ class RefundWorld:
                 tier=3,
                 max_inflight=timedelta(seconds=worker.TIMEOUT_SECONDS),
                 evidence_window=EVIDENCE_WINDOW,
+                money=worker.REFUND_MONEY,
             )
         with self._notary_lock:  # tenant slugs and API keys: one at a time
             tenant = self.notary.tenant(f"refund-{secrets.token_hex(6)}", targets=[spec])

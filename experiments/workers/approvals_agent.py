@@ -19,12 +19,14 @@ from typing import Any
 
 from gate_client.gate import Gate
 from gate_client.http_target import HttpTarget
+from gate_client.money import MoneyDeclaration
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Proposal
 from gate_client.targets import Tier
 
 TARGET = "refunds"
 # Tier 3: the payment service is not asked, and nothing is resent; a lost answer is AMBIGUOUS.
+REFUND_MONEY = MoneyDeclaration(amount_field="amount_cents", currency_field="currency")
 MAX_INFLIGHT = timedelta(seconds=10)
 REQUEST_TIMEOUT_SECONDS = 5.0
 
@@ -38,6 +40,7 @@ def refunds_target(service: str) -> HttpTarget:
         key_window=None,
         max_inflight=MAX_INFLIGHT,
         timeout_seconds=REQUEST_TIMEOUT_SECONDS,
+        money=REFUND_MONEY,
     )
 
 

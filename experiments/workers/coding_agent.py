@@ -413,6 +413,7 @@ class GitRepository:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    money: None = None  # a patch moves no money
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         patch = payload["patch"].encode()

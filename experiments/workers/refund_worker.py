@@ -43,6 +43,7 @@ from gate_client.gate import Gate
 from gate_client.http_target import HttpTarget
 from gate_client.ids import effect_id_for
 from gate_client.journal import Journal, LocalJournal
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt
 from gate_client.targets import Target, Tier
@@ -57,6 +58,8 @@ ACTION = "refund"
 LEASE_ID = "lease_refund"
 KEY_WINDOW = timedelta(hours=24)  # Stripe's, for a target that dedupes
 TIMEOUT_SECONDS = 1.0  # the HTTP timeout, and so the longest a request may be in flight
+# The reference payment service's refunds hold their amount in amount_cents.
+REFUND_MONEY = MoneyDeclaration(amount_field="amount_cents", currency_field="currency")
 SUPPORT = "support"  # payload["by"] of a refund support made by hand
 
 
@@ -266,6 +269,7 @@ def build_gate(args: argparse.Namespace) -> tuple[Gate, str]:
         timeout_seconds=args.max_inflight,
         evidence_window=(timedelta(seconds=args.evidence_window) if args.evidence_window else None),
         attests_before_acting=args.attests_before_acting,
+        money=REFUND_MONEY,
     )
     store = args.store
 

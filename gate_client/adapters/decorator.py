@@ -41,6 +41,7 @@ from gate_client.adapters.outcomes import (
 )
 from gate_client.gate import Gate
 from gate_client.journal import Journal, utc_now
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Premise, Proposal
 from gate_client.receipts import Receipt, derive_receipt
 from gate_client.targets import (
@@ -81,6 +82,7 @@ class FunctionTarget:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    money: MoneyDeclaration | None = None  # which arguments hold the money it moves, if any
     queryable: bool = field(init=False)
     # What the function returned or raised in this process, by effect id, for the caller.
     results: dict[str, Any] = field(default_factory=dict)
@@ -172,6 +174,7 @@ class GatedFunctions:
         key_window: timedelta | None = None,
         max_inflight: timedelta | None = None,
         fails_on: tuple[type[BaseException], ...] = (),
+        money: MoneyDeclaration | None = None,
     ) -> Callable[[Callable[P, R]], Callable[..., R]]:
         """`case_id`, `lease_id` and `premises` take the call's arguments by name. `lookup`
         takes them too and returns what the function would have returned, or None if it never
@@ -181,8 +184,10 @@ class GatedFunctions:
         tier-3 function has no lookup. `max_inflight` is how long a call may still be running:
         required with a lookup, whose "not found" counts only after it (nothing else can tell
         how long a plain function runs); else `DEFAULT_MAX_INFLIGHT`. `target` defaults to
-        `default_target_name(function)`. The gated function is called without its
-        ``effect_id`` (the gate passes it), which no ParamSpec can say: it takes ``...``."""
+        `default_target_name(function)`. `money` declares which arguments hold the amount
+        and currency it moves (gate_client.money), if it moves any. The gated function is
+        called without its ``effect_id`` (the gate passes it), which no ParamSpec can say: it
+        takes ``...``."""
 
         def decorate(function: Callable[P, R]) -> Callable[..., R]:
             signature = inspect.signature(function)
@@ -205,6 +210,7 @@ class GatedFunctions:
                 fails_on=fails_on,
                 find=lookup,
                 takes_effect_id=takes_id,
+                money=money,
             )
             self._specs[name] = _Spec(
                 signature=signature.replace(

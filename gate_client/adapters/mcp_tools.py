@@ -57,6 +57,7 @@ from gate_client.adapters.outcomes import (
 )
 from gate_client.gate import Gate
 from gate_client.journal import Journal
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Premise, Proposal
 from gate_client.protocol import standing
 from gate_client.receipts import Receipt
@@ -141,6 +142,7 @@ class McpToolTarget:
     evidence_window: timedelta | None = None
     attests_before_acting: bool = False
     lookup_needs_key: bool = False
+    money: MoneyDeclaration | None = None  # which arguments hold the money it moves, if any
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
         arguments = dict(payload)
@@ -210,6 +212,7 @@ class GatedTools:
         call_timeout: float = 30.0,
         max_inflight: timedelta | None = None,
         key_arguments: Sequence[str] = EFFECT_ID_ARGUMENTS,
+        money: Mapping[str, MoneyDeclaration] | None = None,
     ) -> None:
         self.client = client
         self.journal = journal
@@ -257,6 +260,7 @@ class GatedTools:
                 key_argument=key,
                 lookup_tool=lookup_tool,
                 queryable=lookup_tool is not None,
+                money=(money or {}).get(name),
             )
         named = {target.name: target for target in self._targets.values()}
         if len(named) != len(self._targets):

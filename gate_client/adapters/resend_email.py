@@ -72,6 +72,7 @@ class ResendEmail:
     evidence_window: timedelta | None
     attests_before_acting: bool  # Resend sends without attesting to the notary first
     lookup_needs_key: bool  # the probe asks about the key, which Resend forgets after its window
+    money: None  # an email moves no money
     probe_from: str | None
     api_key: str
     api_url: str
@@ -106,6 +107,7 @@ class ResendEmail:
             self.tier, key_window, provider="Resend", window=RESEND_KEY_WINDOW
         )
         self.lookup_needs_key = self.queryable
+        self.money = None
         self.evidence_window = evidence_window
         self.attests_before_acting = False
         key = resend.api_key if api_key is None else api_key

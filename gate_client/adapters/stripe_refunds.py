@@ -35,7 +35,7 @@ from gate_client.adapters.declarations import (
 from gate_client.faults import CrashPoint, crash_point
 from gate_client.gate import PremisesFor
 from gate_client.ids import effect_id_for
-from gate_client.money import Money
+from gate_client.money import Money, MoneyDeclaration, read_money
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.reconciliation import ProviderRecord, ReconciliationError, Window
 from gate_client.targets import (
@@ -53,6 +53,9 @@ from gate_client.targets import (
 METADATA_KEY = "interlock_effect_id"
 DEFAULT_NAME = "stripe_refunds"  # a name the notary takes (notary.services._TARGET_NAME)
 STRIPE_KEY_WINDOW = timedelta(hours=24)
+# A refund's amount is `amount`, in the payment's minor units; its currency is the payment's,
+# which a payload may state in `currency` for its lease to check.
+REFUND_MONEY = MoneyDeclaration(amount_field="amount", currency_field="currency")
 # Refunds that took money back, or will: a failed or canceled one returned nothing.
 _LIVE_STATUSES = frozenset({"succeeded", "pending", "requires_action"})
 
@@ -69,6 +72,7 @@ class StripeRefunds:
     evidence_window: timedelta | None
     attests_before_acting: bool  # Stripe acts without attesting to the notary first
     lookup_needs_key: bool  # the lookup lists refunds by metadata: no key involved
+    money: MoneyDeclaration  # REFUND_MONEY: what send() refunds is read from these fields
 
     def __init__(
         self,
@@ -108,6 +112,7 @@ class StripeRefunds:
         self.evidence_window = evidence_window
         self.attests_before_acting = False
         self.lookup_needs_key = False
+        self.money = REFUND_MONEY
 
     def __repr__(self) -> str:
         return (
@@ -117,9 +122,10 @@ class StripeRefunds:
         )
 
     def send(self, effect_id: str, payload: Mapping[str, Any]) -> SendOutcome:
+        # The amount refunded is the one lease limits and budgets read: the declared field's.
         params: dict[str, Any] = {
             "payment_intent": payload["payment_intent"],
-            "amount": payload["amount"],
+            "amount": read_money(payload, self.money).amount_minor,
             "metadata": {**payload.get("metadata", {}), METADATA_KEY: effect_id},
         }
         if "reason" in payload:

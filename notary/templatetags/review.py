@@ -15,7 +15,8 @@ from django.conf import settings
 from django.utils.translation import to_locale
 
 from gate_client.budgets import Budget, BudgetPer, BudgetStatement
-from gate_client.money import AMOUNT_FIELDS
+from gate_client.money import MoneyError, read_money
+from gate_client.protocol import proposed_declaration
 
 register = template.Library()
 
@@ -38,21 +39,19 @@ def money(amount_minor: int | None, currency: str = "") -> str:
 
 @register.filter
 def limits(bounds: Mapping[str, int] | None, currency: str = "") -> str:
-    """A lease's limits in words: an amount limit as money in `currency` (the effect's), or in
-    minor units of whatever currency the payload names when none is given."""
+    """A lease's limits in words: each bounds the amount its target declares, shown as money in
+    `currency` (the effect's), or in minor units of whatever currency the payload names when
+    none is given."""
     if not bounds:
         return "no limits"
     words = []
-    for name, maximum in sorted(bounds.items()):
-        if name in AMOUNT_FIELDS:
-            worth = (
-                money(maximum, currency)
-                if currency
-                else f"{format_decimal(maximum, locale=_locale())} in the payload's minor units"
-            )
-            words.append(f"amount at most {worth}")
-        else:
-            words.append(f"{name} at most {format_decimal(maximum, locale=_locale())}")
+    for _, maximum in sorted(bounds.items()):
+        worth = (
+            money(maximum, currency)
+            if currency
+            else f"{format_decimal(maximum, locale=_locale())} in the payload's minor units"
+        )
+        words.append(f"amount at most {worth}")
     return "; ".join(words)
 
 
@@ -63,18 +62,32 @@ def as_json(value: Any) -> str:
 
 
 @register.filter
-def payload_rows(payload: Any, currency: str) -> list[tuple[str, str]]:
-    """The payload's fields as (name, shown): its amount as money beside the raw number, text
-    as it is, anything structured as JSON."""
+def payload_rows(proposed: Any, currency: str) -> list[tuple[str, str]]:
+    """The PROPOSED payload's fields as (name, shown): the amount its target declares as money
+    beside the raw number, text as it is, anything structured as JSON."""
+    payload = proposed.get("payload") if isinstance(proposed, Mapping) else None
     if not isinstance(payload, Mapping):
         return [("payload", as_json(payload))]
+    amount_field = _amount_field(proposed, payload)
     rows = []
     for name, value in payload.items():
-        if name in AMOUNT_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+        if name == amount_field:
             rows.append((name, f"{money(value, currency)} ({name} {value})"))
         else:
             rows.append((name, value if isinstance(value, str) else as_json(value)))
     return rows
+
+
+def _amount_field(proposed: Mapping[str, Any], payload: Mapping[str, Any]) -> str | None:
+    """The payload's amount field, by the declaration the PROPOSED carries, if it reads."""
+    try:
+        declared = proposed_declaration(proposed)
+        if declared is None or declared.money is None:
+            return None
+        read_money(payload, declared.money)
+    except (MoneyError, ValueError):
+        return None
+    return declared.money.amount_field
 
 
 _PER = {

@@ -15,7 +15,11 @@ from typing import Any
 
 from gate_client.adapters.decorator import GatedFunctions
 from gate_client.journal import LocalJournal
+from gate_client.money import MoneyDeclaration
 from gate_client.targets import Tier
+
+# The refund function's money: its amount_cents argument, as the leases' limits name it.
+REFUND_MONEY = MoneyDeclaration(amount_field="amount_cents")
 
 
 class Payments:
@@ -70,6 +74,7 @@ def main() -> None:
     @functions.gated(
         case_id=case,
         lease_id=lease,
+        money=REFUND_MONEY,
         target="payments.refund",
         lookup=find if args.lookup else None,
         tier=Tier.LOOKUP if args.lookup else Tier.NEITHER,

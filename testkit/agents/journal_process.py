@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 
+from gate_client.authorization import DispatchRequest
 from gate_client.faults import CrashPoint, crash_point
-from gate_client.journal import AttemptTaken, DispatchRequest, LocalJournal
+from gate_client.journal import AttemptTaken, LocalJournal
 from ledger.core.entries import EntryKind
+from testkit.world import CENTS_DECLARATION
 
 
 def main(role: str, path: str, *args: str) -> None:
@@ -33,6 +35,7 @@ def main(role: str, path: str, *args: str) -> None:
                     payload={"amount_cents": 2000},
                     payload_hash="h",
                     premises=[{"name": "writer", "holds": True, "observed": args[0]}],
+                    declaration=CENTS_DECLARATION,
                 )
             )
         except AttemptTaken:

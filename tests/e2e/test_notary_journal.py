@@ -13,8 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.gate import Gate, TargetMismatch
-from gate_client.journal import DispatchRequest, JournalError
+from gate_client.journal import JournalError
+from gate_client.money import MoneyDeclaration
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import verify_receipt
@@ -121,6 +123,21 @@ def test_a_gate_whose_adapter_declares_otherwise_refuses_to_start(notary_url: st
     assert "max_inflight: datetime.timedelta(seconds=5) != datetime.timedelta(seconds=30)" in str(
         refused.value
     )
+    assert not any(e.effect_id for e in iter_entries(log=tenant.log))
+
+
+def test_a_gate_whose_adapter_reads_money_elsewhere_refuses_to_start(notary_url: str) -> None:
+    """The money declaration is part of what must match: an adapter reading the amount from
+    another field than the notary's record says stops the gate before anything is written."""
+    tenant, token, lease = setup_tenant()
+    target = NoOpTarget()
+    target.money = MoneyDeclaration(amount_field="amount_cents")
+    with (
+        NotaryJournal(notary_url, token) as journal,
+        pytest.raises(TargetMismatch, match="money: MoneyDeclaration") as refused,
+    ):
+        Gate(journal, {"noop": target}).submit(proposal(tenant, lease))
+    assert "!= None" in str(refused.value)
     assert not any(e.effect_id for e in iter_entries(log=tenant.log))
 
 

@@ -62,7 +62,12 @@ def test_the_readme_standing_approval_runs_from_grant_to_audit(
     port, record = payment_service
     acme = services.tenant_create(slug="acme", name="Acme Refunds")
     services.target_register(
-        tenant=acme, name="payments", tier=2, queryable=True, max_inflight=timedelta(seconds=30)
+        tenant=acme,
+        name="payments",
+        tier=2,
+        queryable=True,
+        max_inflight=timedelta(seconds=30),
+        money={"amount_field": "amount_cents", "currency_field": "currency"},
     )
     _, approver = services.api_key_issue(tenant=acme, role="approver", holder="maria@acme.example")
     _, agent = services.api_key_issue(tenant=acme, role="agent", holder="refund-bot")

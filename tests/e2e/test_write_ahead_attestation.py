@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.faults import CrashPoint
-from gate_client.journal import DispatchRequest
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Proposal
 from gate_client.receipts import Receipt, derive_receipt, verify_receipt

@@ -18,14 +18,14 @@ from gate_client.budgets import (
     parse_budgets,
     spends_before,
 )
-from gate_client.gate import Gate
+from gate_client.gate import AmbiguousMoney, Gate
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.receipts import derive_receipt
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import Entry, EntryKind, seal_entry
-from testkit.world import ServiceTarget
+from testkit.world import CENTS, ServiceTarget
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 HOUR = 3600
@@ -64,7 +64,7 @@ def journal(tmp_path: Path, clock: Clock) -> LocalJournal:
 
 @pytest.fixture
 def target() -> ServiceTarget:
-    return ServiceTarget(name="payments", dedupes=False)
+    return ServiceTarget(name="payments", dedupes=False, money=CENTS)
 
 
 def submit(
@@ -109,20 +109,22 @@ def test_a_declined_refund_gives_its_amount_back(
     assert submit(journal, target, clock, "c3", 5000) == "COMMITTED"
 
 
-@pytest.mark.parametrize(
-    ("cents", "state"),
-    [
-        (-100, "REFUSED:lease_scope"),  # not an amount: refused by the limit, spends nothing
-        (5001, "REFUSED:lease_scope"),
-        ("5000", "REFUSED:lease_scope"),
-    ],
-)
 def test_what_the_limits_refuse_spends_nothing(
-    journal: LocalJournal, target: ServiceTarget, clock: Clock, cents: object, state: str
+    journal: LocalJournal, target: ServiceTarget, clock: Clock
 ) -> None:
-    assert submit(journal, target, clock, "c1", cents) == state
+    assert submit(journal, target, clock, "c1", 5001) == "REFUSED:lease_scope"
     assert submit(journal, target, clock, "c2", 5000) == "COMMITTED"
     assert submit(journal, target, clock, "c3", 5000) == "COMMITTED"
+
+
+@pytest.mark.parametrize("cents", [-100, 0, "5000", 1.5, None])
+def test_a_payload_whose_amount_is_not_one_is_refused_before_anything_is_written(
+    journal: LocalJournal, target: ServiceTarget, clock: Clock, cents: object
+) -> None:
+    before = journal.entries()
+    with pytest.raises(AmbiguousMoney, match="'amount_cents'"):
+        submit(journal, target, clock, "c1", cents)
+    assert journal.entries() == before and not target.acted
 
 
 def test_another_currency_is_refused_before_the_budget(

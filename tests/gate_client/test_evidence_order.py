@@ -19,7 +19,7 @@ from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.protocol import (
     Dispatch,
     Facts,
-    Held,
+    HeldOnEvidence,
     Intent,
     Negative,
     Recheck,
@@ -234,7 +234,7 @@ def test_positive_evidence_at_odds_with_the_record_holds_the_effect(
     step = decide(Facts(history(*items), declared, T0 + 100 * S, recheck=HOLDS))
     described = (
         f"held on {step.evidence_seq}"
-        if isinstance(step, Held)
+        if isinstance(step, HeldOnEvidence)
         else f"dispatch {step.attempt}"
         if isinstance(step, Dispatch)
         else type(step).__name__.lower()
@@ -388,7 +388,7 @@ def test_what_evidence_answers_and_settles_came_after_its_attempt(entries: list[
             if e.kind == EntryKind.DISPATCHED
             and e.body_value()["attempt"] == verdict.body["attempt"]
         ]
-        assert attempt_entry.seq < cited_seq
+        assert cited_seq is not None and attempt_entry.seq < cited_seq
 
 
 @settings(max_examples=300, deadline=None)
@@ -397,7 +397,7 @@ def test_a_contradiction_stays_open_until_a_persons_resolution_stands(entries: l
     before: set[str] = set()
     for end in range(1, len(entries) + 1):
         stood = standing(entries[:end])
-        now = {c.kind for c in stood.contradictions}
+        now: set[str] = {c.kind for c in stood.contradictions}
         decided = stood.verdict is entries[end - 1] and entries[end - 1].kind == EntryKind.RESOLVED
         if not decided:
             assert before <= now, f"cleared by entry {end - 1}: {before - now}"
@@ -422,6 +422,6 @@ def test_positive_evidence_before_any_dispatch_is_never_dispatched_by_recovery(
         return
     for answer in (None, NotFound(), Found("em_9", None)):
         step = decide(Facts(entries, declared, T0 + WINDOW * 2, answer=answer, recheck=HOLDS))
-        assert isinstance(step, Held), step
+        assert isinstance(step, HeldOnEvidence), step
     receipt = derive_receipt(entries, EFFECT)
     assert receipt.happened is not True and receipt.contradicted

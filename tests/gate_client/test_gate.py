@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.gate import Gate
-from gate_client.journal import DispatchRequest, LocalJournal
+from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, ReceiptError, verify_receipt

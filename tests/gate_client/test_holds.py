@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.gate import Gate
 from gate_client.holds import Hold, HoldScope, hold_for, recorded
 from gate_client.http_target import HttpTarget
-from gate_client.journal import DispatchRequest, EffectHeld, LocalJournal
+from gate_client.journal import EffectHeld, LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.receipts import Receipt, verify_receipt

@@ -5,8 +5,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gate_client.leases import Lease, LeaseState, lease_refusal
+from gate_client.authorization import DispatchRequest, Refuse, authorize
+from gate_client.budgets import Spent
+from gate_client.leases import Lease, LeaseState
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Proposal
+from gate_client.protocol import TargetDeclaration
+from gate_client.targets import Tier
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LEASE = Lease(
@@ -19,16 +24,38 @@ LEASE = Lease(
 )
 
 
+PAYMENTS = TargetDeclaration(
+    Tier.DEDUPES,
+    True,
+    timedelta(seconds=30),
+    money=MoneyDeclaration("amount_cents", currency_field="currency"),
+)
+
+
 def refusal(state: LeaseState | None, **overrides: object) -> tuple[str, str] | None:
+    """What the authorization says of a dispatch under `state`: (reason, detail), or None."""
+    now = overrides.pop("now", NOW)
     arguments: dict[str, object] = {
+        "effect_id": "e1",
+        "attempt": 1,
+        "lease_id": "lease_1",
         "case_id": "case_1",
         "action": "refund",
         "payload": {"amount_cents": 2000, "payment": "pi_1"},
         "payload_hash": "h1",
-        "now": NOW,
+        "premises": [],
+        "declaration": PAYMENTS,
     }
     arguments.update(overrides)
-    return lease_refusal(state, **arguments)  # type: ignore[arg-type]
+    decision = authorize(
+        request=DispatchRequest(**arguments),  # type: ignore[arg-type]
+        lease=state,
+        now=now,  # type: ignore[arg-type]
+        spender="",
+        spent_for=lambda budget: Spent(),
+        hold=lambda: None,
+    )
+    return (decision.reason, decision.detail) if isinstance(decision, Refuse) else None
 
 
 def test_a_live_lease_in_scope_allows_the_dispatch() -> None:
@@ -90,10 +117,15 @@ IN_DOLLARS = replace(LEASE, currency="USD")
         ({"amount_cents": 2000, "currency": "USD"}, None),
         ({"amount_cents": 1, "currency": "usd"}, None),
         ({"amount_cents": 2001, "currency": "usd"}, "amount_cents=2001 exceeds the limit 2000"),
-        ({"amount_cents": 0, "currency": "usd"}, "amount_cents=0 is not an amount: at least 1"),
+        (
+            {"amount_cents": 0, "currency": "usd"},
+            "the payload's amount 'amount_cents' is 0: a whole number of minor units from 1 to "
+            "9007199254740991",
+        ),
         (
             {"amount_cents": -500, "currency": "usd"},
-            "amount_cents=-500 is not an amount: at least 1",
+            "the payload's amount 'amount_cents' is -500: a whole number of minor units from 1 "
+            "to 9007199254740991",
         ),
         (
             {"amount_cents": 2000, "currency": "jpy"},
@@ -102,7 +134,7 @@ IN_DOLLARS = replace(LEASE, currency="USD")
         ({"amount_cents": 2000}, "the payload is in no currency, the lease approves USD"),
         (
             {"amount_cents": 2000, "currency": "dollars"},
-            "the payload is in no currency, the lease approves USD",
+            "the payload's currency 'currency' is 'dollars': three letters of ISO 4217",
         ),
     ],
     ids=[

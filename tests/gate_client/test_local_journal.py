@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from gate_client.authorization import DispatchRequest
 from gate_client.faults import CrashPoint
 from gate_client.journal import (
     AttemptTaken,
-    DispatchRequest,
     JournalCorruptError,
     JournalError,
     LeaseRefused,
@@ -24,6 +24,7 @@ from gate_client.leases import Lease
 from ledger.core.entries import Entry, EntryKind, genesis_hash
 from testkit.paths import REPO_ROOT
 from testkit.processes import spawn_armed
+from testkit.world import CENTS_DECLARATION
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LEASE = Lease(
@@ -43,6 +44,7 @@ def dispatch(journal: LocalJournal, attempt: int = 1, **overrides: Any) -> Entry
         "payload": {"amount_cents": 2000},
         "payload_hash": "h",
         "premises": [],
+        "declaration": CENTS_DECLARATION,
     }
     arguments.update(overrides)
     return journal.dispatch(DispatchRequest(**arguments))

@@ -14,8 +14,9 @@ import pytest
 from jwcrypto.jwk import JWK
 from jwcrypto.jws import JWS
 
-from gate_client.budgets import Budget, BudgetPer, Total
-from gate_client.leases import Lease, LeaseState, lease_refusal
+from gate_client.authorization import DispatchRequest, Refuse, authorize
+from gate_client.budgets import Budget, BudgetPer, Spent, Total
+from gate_client.leases import Lease, LeaseState
 from gate_client.mandates import (
     CHECKOUT,
     OPEN_PAYMENT,
@@ -29,7 +30,10 @@ from gate_client.mandates import (
     trusted_key,
     verify_mandate,
 )
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Proposal
+from gate_client.protocol import TargetDeclaration
+from gate_client.targets import Tier
 from testkit.mandates import (
     amount_range,
     checkout_hash,
@@ -45,6 +49,9 @@ from testkit.mandates import (
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 END = NOW + timedelta(days=7)
 REFUND = {"amount": 1999, "charge": "ch_1", "currency": "usd"}
+REFUND_DECLARATION = TargetDeclaration(
+    Tier.DEDUPES, True, timedelta(seconds=30), money=MoneyDeclaration("amount", "currency")
+)
 ON_DEMAND = {"type": "payment.agent_recurrence", "frequency": "ON_DEMAND", "max_occurrences": 100}
 
 
@@ -197,14 +204,17 @@ def test_a_checkout_mandate_binds_exactly_its_payload(
     assert len(other.payload_bytes) == len(approved.payload_bytes)
 
     def refusal(proposal: Proposal) -> tuple[str, str] | None:
-        return lease_refusal(
-            LeaseState(lease),
-            case_id="case-1",
-            action="refund",
-            payload=proposal.payload,
-            payload_hash=proposal.payload_hash,
+        decision = authorize(
+            request=DispatchRequest.of_proposal(
+                "e1", proposal.proposed_body([], REFUND_DECLARATION), 1, [], False
+            ),
+            lease=LeaseState(lease),
             now=NOW,
+            spender="",
+            spent_for=lambda budget: Spent(),
+            hold=lambda: None,
         )
+        return (decision.reason, decision.detail) if isinstance(decision, Refuse) else None
 
     assert refusal(approved) is None
     assert refusal(other) == ("lease_scope", "lease approves another payload")
@@ -465,10 +475,11 @@ def test_a_one_payment_or_checkout_mandate_grants_once_an_open_one_again(
         open_payment_mandate(user, expires_at=END, constraints=[amount_range(5000), ON_DEMAND])
     )
     for single in (checkout, one, one_use):
-        assert regrant_refusal(single, []) is None
-        refusal = regrant_refusal(single, ["lease_1", "lease_2"])
+        terms = mandate_terms(single)
+        assert regrant_refusal(single, terms, []) is None
+        refusal = regrant_refusal(single, terms, ["lease_1", "lease_2"])
         assert refusal is not None and refusal.endswith("was granted already, to lease_1")
-    assert regrant_refusal(recurring, ["lease_1"]) is None
+    assert regrant_refusal(recurring, mandate_terms(recurring), ["lease_1"]) is None
     assert mandate_terms(recurring).total == Total(None, 100)
 
 

@@ -27,6 +27,7 @@ AGENT = textwrap.dedent(
         name, tier, queryable = "mailer", Tier.DEDUPES, False
         key_window, max_inflight = timedelta(hours=24), timedelta(seconds=1)
         evidence_window, attests_before_acting, lookup_needs_key = None, False, False
+        money = None
         def send(self, effect_id, payload):
             return Sent("msg-1")
         def lookup(self, effect_id, payload):

@@ -19,6 +19,7 @@ from gate_client.protocol import (
     Dispatch,
     Facts,
     FinalState,
+    HeldOnEvidence,
     Intent,
     Negative,
     Recheck,
@@ -139,6 +140,8 @@ def describe(step: Step) -> str:
         return f"wait until +{int((step.until - T0).total_seconds())} s"
     if isinstance(step, Settled):
         return f"settled {step.standing.state}"
+    if isinstance(step, HeldOnEvidence):
+        return f"held on evidence {step.evidence_seq}"
     body = step.body
     if step.kind == "COMMITTED":
         return str(body["state"])

@@ -12,20 +12,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gate_client.journal import DispatchRequest
+from gate_client.authorization import DispatchRequest
 from gate_client.leases import Lease
 from gate_client.proposal import Proposal
 from gate_client.receipts import ReceiptError, derive_receipt
 from ledger.core import entries
 from ledger.core.canonical import canonical_json
 from ledger.core.entries import Entry, EntryKind, seal_entry
+from testkit.world import CENTS_DECLARATION
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PREMISES = [{"name": "refundable", "holds": True, "observed": {"status": "paid"}}]
 LEASE = "lease_1"
 PROPOSAL = Proposal("case-1", "psp", "refund", {"amount_cents": 900}, LEASE, tenant="acme")
 EFFECT = PROPOSAL.effect_id
-PROPOSED = PROPOSAL.proposed_body(PREMISES)
+PROPOSED = PROPOSAL.proposed_body(PREMISES, CENTS_DECLARATION)
 CHANGED = Proposal("case-1", "psp", "refund", {"amount_cents": 901}, LEASE, tenant="acme")
 
 

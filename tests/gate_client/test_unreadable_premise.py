@@ -18,6 +18,7 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt
+from gate_client.targets import Tier
 from ledger.core.entries import EntryKind
 from testkit.peers.resend_server import RunningResend, running_resend
 
@@ -60,7 +61,7 @@ def gate_for(tmp_path: Path, server: RunningResend, premise: Premise) -> tuple[G
         journal.grant_lease(Lease(LEASE, "case-1", "email", expires, "finance"))
     target = ResendEmail(
         name="mail",
-        tier=3,
+        tier=Tier.NEITHER,
         max_inflight=timedelta(seconds=5),
         api_key="re_interlock_test",
         api_url=server.url,

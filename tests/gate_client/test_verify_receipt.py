@@ -139,7 +139,14 @@ def test_the_summary_counts_receipts_and_money_per_month_target_state_and_curren
     acme: Tenant, signer: Signer, tmp_path: Path
 ) -> None:
     register(acme, "mail", evidence_window=timedelta(hours=1), max_inflight=timedelta(seconds=1))
-    register(acme, "payments", tier=1, queryable=True, key_window=timedelta(hours=24))
+    register(
+        acme,
+        "payments",
+        tier=1,
+        queryable=True,
+        key_window=timedelta(hours=24),
+        money={"amount_field": "amount_cents", "currency_field": "currency"},
+    )
     payloads = [
         ("case-1", {"payment": "pi_1", "amount_cents": 1250, "currency": "usd"}, "COMMITTED"),
         ("case-2", {"payment": "pi_2", "amount_cents": 750, "currency": "usd"}, "COMMITTED"),

@@ -20,6 +20,7 @@ from ledger.core.entries import EntryKind
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import Tenant
+from testkit.factories import CENTS_MONEY
 from testkit.notary_server import running_notary
 from testkit.paths import child_database_url
 from testkit.racers import racers
@@ -60,7 +61,12 @@ def test_sixteen_agents_racing_for_the_last_100_dollars_dispatch_at_most_100(
 ) -> None:
     tenant = services.tenant_create(slug=f"budget-{secrets.token_hex(4)}", name="budget race")
     services.target_register(
-        tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
+        tenant=tenant,
+        name="refunds",
+        tier=1,
+        queryable=True,
+        max_inflight=timedelta(seconds=5),
+        money=CENTS_MONEY,
     )
     approver, _ = services.api_key_issue(tenant=tenant, role="approver", holder="alice")
     keys = [

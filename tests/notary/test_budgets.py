@@ -25,7 +25,7 @@ from notary import selectors, services
 from notary.errors import NotaryConflict
 from notary.exports import export_receipts
 from notary.models import ApiKey, Effect, Lease, Tenant
-from testkit.factories import client_for, register
+from testkit.factories import CENTS_MONEY, client_for, register
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,14 @@ BUDGETS = [
 
 @pytest.fixture
 def lease(acme: Tenant) -> Lease:
-    register(acme, "payments", tier=1, queryable=True, max_inflight=timedelta(seconds=5))
+    register(
+        acme,
+        "payments",
+        tier=1,
+        queryable=True,
+        max_inflight=timedelta(seconds=5),
+        money=CENTS_MONEY,
+    )
     client_for(acme, "agent", "refund-bot")
     approver = client_for(acme, "approver", "maria@acme.example")
     granted = approver.post(

@@ -23,7 +23,7 @@ from ledger.core.note import Signer
 from ledger.models import Log
 from notary import services
 from notary.models import Effect, Tenant
-from testkit.factories import client_for
+from testkit.factories import CENTS_MONEY, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,12 @@ class Agent:
     def __init__(self, tenant: Tenant, *, amount_limit: int = 2000) -> None:
         self.tenant = tenant
         services.target_register(
-            tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
+            tenant=tenant,
+            name="refunds",
+            tier=1,
+            queryable=True,
+            max_inflight=timedelta(seconds=5),
+            money=CENTS_MONEY,
         )
         approver = services.api_key_issue(tenant=tenant, role="approver", holder="alice")[0]
         self.client = client_for(tenant, "agent", "refund-bot")  # the requester holds a key

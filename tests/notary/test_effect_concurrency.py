@@ -28,6 +28,7 @@ from ledger.core.entries import Entry, EntryKind
 from ledger.selectors import iter_entries
 from notary import services
 from notary.models import ApiKey, Effect, Tenant
+from testkit.factories import CENTS_MONEY
 from testkit.notary_server import running_notary
 from testkit.paths import child_database_url
 from testkit.racers import racers
@@ -102,7 +103,12 @@ class Desk:
 def open_desk(prefix: str) -> Desk:
     tenant = services.tenant_create(slug=f"{prefix}-{secrets.token_hex(4)}", name=prefix)
     services.target_register(
-        tenant=tenant, name="refunds", tier=1, queryable=True, max_inflight=timedelta(seconds=5)
+        tenant=tenant,
+        name="refunds",
+        tier=1,
+        queryable=True,
+        max_inflight=timedelta(seconds=5),
+        money=CENTS_MONEY,
     )
     approver, approver_token = services.api_key_issue(
         tenant=tenant, role="approver", holder="alice"

@@ -25,7 +25,7 @@ from ledger.models import Entry
 from ledger.services import append_entry
 from notary.errors import NotaryInputError
 from notary.models import Effect, Lease, Tenant
-from testkit.factories import client_for, leased, register
+from testkit.factories import CENTS_MONEY, client_for, leased, register
 
 pytestmark = pytest.mark.django_db
 
@@ -92,7 +92,7 @@ def quiet(client: APIClient) -> APIClient:
 
 @pytest.fixture
 def world(acme: Tenant) -> World:
-    register(acme, "refunds", tier=1)
+    register(acme, "refunds", tier=1, money=CENTS_MONEY)
     agent = quiet(client_for(acme, "agent", AGENT))
     lease = leased(acme, "case_1", "refund", requested_by=AGENT, limits={"amount_cents": 2000})
     return World(acme, agent, quiet(client_for(acme, "approver", "alice")), lease)
@@ -108,23 +108,17 @@ def assert_refused(world: World, answer: Any, before: int, status: int = 400) ->
     return body
 
 
-# --- MEDIUM: a lease limit bounds an amount from below too -------------------------------------
+# --- MEDIUM: an amount below one is no amount: refused before anything is written -------------
 
 
 @pytest.mark.parametrize("amount", [-5000, -MAX_SAFE_INTEGER, 0])
-def test_an_amount_below_one_is_out_of_a_leases_limit(world: World, amount: int) -> None:
+def test_an_amount_below_one_is_refused_before_anything_is_written(
+    world: World, amount: int
+) -> None:
     request = {**world.propose_request(world.proposal(amount)), "dispatch": {"premises": []}}
-    proposed = world.post("/v1/effects", request)
-    assert proposed.status_code == 201, proposed.json()
-    assert proposed.json()["dispatched"] is None
-    assert proposed.json()["dispatch_refused"]["reason"] == "lease_scope"
     before = world.entries()
-    dispatched = world.post(
-        f"/v1/effects/{request['effect_id']}/dispatch", {"attempt": 1, "premises": []}
-    )
-    body = assert_refused(world, dispatched, before, status=409)
-    assert body["error"] == "lease_refused" and body["reason"] == "lease_scope"
-    assert not Entry.objects.filter(log_id=world.tenant.log_id, kind="DISPATCHED").exists()
+    body = assert_refused(world, world.post("/v1/effects", request), before)
+    assert "'amount_cents'" in body["detail"] and "from 1" in body["detail"], body
 
 
 @pytest.mark.parametrize(

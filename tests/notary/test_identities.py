@@ -19,7 +19,7 @@ from ledger import selectors as ledger_selectors
 from notary import services
 from notary.errors import NotaryInputError
 from notary.models import ApiKey, Lease, LeaseRequest, Tenant
-from testkit.factories import client_for
+from testkit.factories import CENTS_MONEY, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -244,7 +244,12 @@ def test_only_the_requesters_keys_dispatch_under_a_lease(acme: Tenant, approver:
         "dispatch": {"premises": []},
     }
     services.target_register(
-        tenant=acme, name="refunds", tier=1, queryable=False, max_inflight=timedelta(seconds=1)
+        tenant=acme,
+        name="refunds",
+        tier=1,
+        queryable=False,
+        max_inflight=timedelta(seconds=1),
+        money=CENTS_MONEY,
     )
 
     other = client_for(acme, "agent", "mail-bot").post("/v1/effects", request, format="json")

@@ -6,11 +6,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from gate_client.leases import lease_refusal, lease_states
+from gate_client.leases import lease_states
 from ledger import selectors as ledger_selectors
 from notary import services
 from notary.errors import NotaryInputError
 from notary.models import ApiKey, Lease, Tenant
+from testkit.world import dispatch_refusal
 
 pytestmark = pytest.mark.django_db
 
@@ -38,12 +39,11 @@ def grant(acme: Tenant, approver: ApiKey, **changes: Any) -> Lease:
 
 def refusal_now(state: Any, *, amount_cents: int) -> tuple[str, str] | None:
     """What the gate's dispatch-time rule says of a refund on case_4711 now."""
-    return lease_refusal(
+    return dispatch_refusal(
         state,
         case_id="case_4711",
         action="refund",
         payload={"amount_cents": amount_cents},
-        payload_hash="h",
         now=timezone.now(),
     )
 
@@ -158,13 +158,8 @@ def test_a_lease_in_a_currency_approves_payloads_in_it_only(acme: Tenant, approv
     assert live.lease.currency == "USD"
 
     def dispatch(payload: dict[str, Any]) -> tuple[str, str] | None:
-        return lease_refusal(
-            live,
-            case_id="case_4711",
-            action="refund",
-            payload=payload,
-            payload_hash="h",
-            now=timezone.now(),
+        return dispatch_refusal(
+            live, case_id="case_4711", action="refund", payload=payload, now=timezone.now()
         )
 
     assert dispatch({"amount_cents": 2000, "currency": "usd"}) is None

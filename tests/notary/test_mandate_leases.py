@@ -42,7 +42,7 @@ from notary.errors import NotaryConflict
 from notary.exports import export_receipts
 from notary.groups import FINANCE_REVIEWERS
 from notary.models import ApiKey, Lease, MandateKey, Tenant
-from testkit.factories import client_for, register
+from testkit.factories import STRIPE_MONEY, client_for, register
 from testkit.mandates import (
     amount_range,
     checkout_jwt,
@@ -82,7 +82,14 @@ def merchant() -> JWK:
 @pytest.fixture
 def approver(acme: Tenant, user: JWK, merchant: JWK, tmp_path: Path) -> Any:
     """acme trusts its finance lead's mandates and its shop's checkouts; refund-bot acts."""
-    register(acme, "payments", tier=1, queryable=True, max_inflight=timedelta(seconds=5))
+    register(
+        acme,
+        "payments",
+        tier=1,
+        queryable=True,
+        max_inflight=timedelta(seconds=5),
+        money=STRIPE_MONEY,
+    )
     trust(acme, user, "user", "finance lead", tmp_path)
     trust(acme, merchant, "merchant", "Acme Shop", tmp_path)
     client_for(acme, "agent", "refund-bot")

@@ -26,7 +26,7 @@ from notary.tasks import (
     send_review_notice,
     send_stranded_review_notices,
 )
-from testkit.factories import register, settled
+from testkit.factories import CENTS_MONEY, register, settled
 from testkit.inbox import Mailbox, WebhookReceiver, smtp_server, wait_for, webhook_receiver
 
 PUBLIC_URL = "https://notary.example"
@@ -57,7 +57,7 @@ def desk(acme: Tenant, hook: WebhookReceiver) -> Tenant:
     _, hook.secret = services.review_notifications_set(
         tenant=acme, emails=[DESK], webhook_url=hook.url
     )
-    register(acme, "payments")
+    register(acme, "payments", money=CENTS_MONEY)
     return acme
 
 
@@ -136,7 +136,7 @@ def test_an_overdue_review_is_told_once_per_wait(
     _, hook.secret = services.review_notifications_set(
         tenant=acme, emails=[DESK], webhook_url=hook.url
     )
-    register(acme, "payments", review_sla=timedelta(milliseconds=1))
+    register(acme, "payments", review_sla=timedelta(milliseconds=1), money=CENTS_MONEY)
     effect = queued(acme, django_capture_on_commit_callbacks)
     wait_for(lambda: bool(selectors.overdue_reviews(now=timezone.now())))
 
@@ -303,7 +303,7 @@ def test_an_unconfigured_tenant_emails_its_finance_reviewers_and_posts_nothing(
         user = User.objects.create_user(username, email=email, is_staff=True, is_active=active)
         user.groups.add(reviewers)
     User.objects.create_user("otto", email="otto@acme.example", is_staff=True)  # no group
-    register(acme, "payments")
+    register(acme, "payments", money=CENTS_MONEY)
 
     effect = queued(acme, django_capture_on_commit_callbacks)
 
@@ -367,7 +367,7 @@ def test_notify_reviewers_sets_who_is_told_and_shows_the_secret_once(
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_sending_one_notice_at_once_send_one_email(mailbox: Mailbox) -> None:
     tenant = services.tenant_create(slug="acme", name="Acme Refunds")
-    register(tenant, "payments")
+    register(tenant, "payments", money=CENTS_MONEY)
     # Committed with nobody to tell: its first run sent nothing, and left the email unclaimed.
     effect_id = settled(tenant, "case-1", "payments", BIG_REFUND, "AMBIGUOUS")
     notice = ReviewNotice.objects.get(effect_id=effect_id)

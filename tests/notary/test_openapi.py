@@ -442,6 +442,7 @@ def shop() -> Any:
         queryable=True,
         key_window=timedelta(hours=24),
         max_inflight=timedelta(seconds=2),
+        money=examples.TARGET_PAYMENTS["money"],
     )
     return tenant
 

@@ -18,7 +18,7 @@ from ledger.core.note import Signer
 from notary import services
 from notary.exports import export_receipts
 from notary.models import Tenant
-from testkit.factories import register, settled
+from testkit.factories import CENTS_MONEY, register, settled
 
 pytestmark = pytest.mark.django_db
 
@@ -28,8 +28,22 @@ PASSWORD = "a long passphrase, unguessable"
 def test_the_admin_summary_is_the_verified_exports_summary(
     acme: Tenant, globex: Tenant, signer: Signer, tmp_path: Path
 ) -> None:
-    register(acme, "payments", tier=1, queryable=True, key_window=timedelta(hours=24))
-    register(globex, "payments", tier=1, queryable=True, key_window=timedelta(hours=24))
+    register(
+        acme,
+        "payments",
+        tier=1,
+        queryable=True,
+        key_window=timedelta(hours=24),
+        money=CENTS_MONEY,
+    )
+    register(
+        globex,
+        "payments",
+        tier=1,
+        queryable=True,
+        key_window=timedelta(hours=24),
+        money=CENTS_MONEY,
+    )
     for n, (cents, currency, outcome) in enumerate(
         [(1250, "usd", "COMMITTED"), (750, "usd", "COMMITTED"), (900, "eur", "AMBIGUOUS")]
     ):

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from gate_client.adapters.stripe_refunds import METADATA_KEY, StripeRefunds
 from gate_client.http_target import HttpTarget
+from gate_client.money import MoneyDeclaration
 from gate_client.protocol import State, commit_body
 from gate_client.targets import Found, Sent, Tier
 from gate_client.verify import verify_export
@@ -33,7 +34,7 @@ from notary.errors import NotaryDependencyFailed
 from notary.exports import export_receipts
 from notary.models import Effect, ReconciliationFinding, ReconciliationSource, Target, Tenant
 from notary.reconciliation import reconciliation_source_set, target_reconcile
-from testkit.factories import register
+from testkit.factories import STRIPE_MONEY, register
 from testkit.peers.localstripe import paid_intent, running_localstripe, stripe_client
 from testkit.peers.reference_service import RunningServer, running_server
 from testkit.peers.resend_server import RunningResend, running_resend
@@ -50,7 +51,9 @@ def localstripe(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def stripe_target(acme: Tenant, localstripe: str) -> Target:
-    target = register(acme, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30))
+    target = register(
+        acme, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30), money=STRIPE_MONEY
+    )
     reconciliation_source_set(
         target=target, provider="stripe", base_url=localstripe, api_key="sk_test_reconcile"
     )
@@ -222,7 +225,9 @@ def test_a_second_tenant_sees_none_of_it_and_its_effect_ids_match_nothing_of_the
     start = timezone.now() - timedelta(seconds=2)
     client = stripe_client(localstripe)
     intent = paid_intent(client, 5_000)
-    register(globex, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30))
+    register(
+        globex, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30), money=STRIPE_MONEY
+    )
     theirs = dispatched_with(
         globex, "stripe_refunds", "case-1", {"payment_intent": intent, "amount": 1}
     )
@@ -250,12 +255,20 @@ def test_the_reference_service_list_finds_an_act_around_the_gate(
     acme: Tenant, reference: RunningServer
 ) -> None:
     start = timezone.now() - timedelta(seconds=2)
-    target = register(acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10))
+    target = register(
+        acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10), money=STRIPE_MONEY
+    )
     reconciliation_source_set(
         target=target, provider="reference", base_url=reference.url, api_key=LIST_KEY
     )
     service = HttpTarget(
-        "ledger_svc", reference.url, Tier.LOOKUP, True, None, timedelta(seconds=10)
+        "ledger_svc",
+        reference.url,
+        Tier.LOOKUP,
+        True,
+        None,
+        timedelta(seconds=10),
+        money=MoneyDeclaration(**STRIPE_MONEY),
     )
     payload = {"amount": 400, "currency": "USD"}
     effect_id = dispatched_with(acme, "ledger_svc", "case-9", payload)
@@ -283,7 +296,9 @@ def test_the_reference_service_list_finds_an_act_around_the_gate(
 def test_a_provider_that_refuses_the_key_records_nothing(
     acme: Tenant, reference: RunningServer
 ) -> None:
-    target = register(acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10))
+    target = register(
+        acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10), money=STRIPE_MONEY
+    )
     reconciliation_source_set(
         target=target, provider="reference", base_url=reference.url, api_key="wrong"
     )

@@ -19,7 +19,7 @@ from ledger.models import Entry
 from notary.models import ReconciliationFinding, Target, Tenant
 from notary.reconciliation import reconciliation_source_set
 from notary.schema import RECONCILE_DAY
-from testkit.factories import client_for, register
+from testkit.factories import STRIPE_MONEY, client_for, register
 from testkit.peers.localstripe import paid_intent, running_localstripe, stripe_client
 from testkit.peers.reference_service import RunningServer, running_server
 from testkit.reconciliation import refund_through_the_gate
@@ -36,7 +36,9 @@ def localstripe(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def stripe_target(acme: Tenant, localstripe: str) -> Target:
-    target = register(acme, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30))
+    target = register(
+        acme, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30), money=STRIPE_MONEY
+    )
     reconciliation_source_set(
         target=target, provider="stripe", base_url=localstripe, api_key="sk_test_reconcile"
     )
@@ -265,7 +267,9 @@ def test_another_tenant_sees_none_of_it_and_cannot_run_it(
     refused = theirs.post(RECONCILE, window, format="json")
     assert refused.status_code == 404
     assert refused.json()["error"] == "not_found"
-    register(globex, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30))
+    register(
+        globex, "stripe_refunds", tier=2, max_inflight=timedelta(seconds=30), money=STRIPE_MONEY
+    )
     no_source = theirs.post(RECONCILE, window, format="json")  # its own, never acme's source
     assert no_source.status_code == 409
     assert no_source.json()["error"] == "no_reconciliation_source"
@@ -338,11 +342,15 @@ def reference(tmp_path: Path) -> Iterator[RunningServer]:
 def test_a_provider_that_cannot_be_listed_is_a_424_and_records_nothing(
     acme: Tenant, reference: RunningServer, approver: APIClient
 ) -> None:
-    target = register(acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10))
+    target = register(
+        acme, "ledger_svc", tier=2, max_inflight=timedelta(seconds=10), money=STRIPE_MONEY
+    )
     reconciliation_source_set(
         target=target, provider="reference", base_url=reference.url, api_key="wrong-key-9f2"
     )
-    down = register(acme, "down_svc", tier=2, max_inflight=timedelta(seconds=10))
+    down = register(
+        acme, "down_svc", tier=2, max_inflight=timedelta(seconds=10), money=STRIPE_MONEY
+    )
     reconciliation_source_set(target=down, provider="reference", base_url="http://127.0.0.1:9")
 
     for name, says in (("ledger_svc", "HTTP 401"), ("down_svc", "did not answer")):

@@ -17,7 +17,7 @@ from notary import services
 from notary.groups import FINANCE_REVIEWERS
 from notary.models import Effect, Tenant
 from notary.selectors import effect_projection_differences
-from testkit.factories import leased, register, settled
+from testkit.factories import CENTS_MONEY, STRIPE_MONEY, leased, register, settled
 
 pytestmark = pytest.mark.django_db
 QUEUE = "/admin/notary/ambiguouseffect/"
@@ -40,14 +40,15 @@ def ambiguous(tenant: Tenant, case_id: str, target: str, payload: dict[str, Any]
 def queued(acme: Tenant) -> dict[str, Effect]:
     """Four AMBIGUOUS refunds: two overdue on a target with a 1 ms review SLA, two within a
     day's SLA; in dollars, in yen, and one with no amount."""
-    register(acme, "payments", review_sla=timedelta(milliseconds=1))
-    register(acme, "bank")
+    register(acme, "payments", review_sla=timedelta(milliseconds=1), money=CENTS_MONEY)
+    register(acme, "bank", money=STRIPE_MONEY)
+    register(acme, "letters")  # its payloads move no money
     usd = {"currency": "usd"}
     return {
         "big": ambiguous(acme, "case-1", "payments", {"amount_cents": 1_250_000, **usd}),
         "yen": ambiguous(acme, "case-2", "bank", {"amount": 800, "currency": "jpy"}),
         "small": ambiguous(acme, "case-3", "payments", {"amount_cents": 4_999, **usd}),
-        "none": ambiguous(acme, "case-4", "bank", {"note": "no amount"}),
+        "none": ambiguous(acme, "case-4", "letters", {"note": "no amount"}),
     }
 
 

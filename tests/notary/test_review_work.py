@@ -26,7 +26,7 @@ from notary.exports import export_receipts
 from notary.groups import AUDITORS, FINANCE_REVIEWERS
 from notary.models import Effect, ReviewAssignment, Tenant
 from testkit.exports import carried_entry
-from testkit.factories import register, settled
+from testkit.factories import CENTS_MONEY, register, settled
 
 pytestmark = pytest.mark.django_db
 QUEUE = "/admin/notary/ambiguouseffect/"
@@ -42,7 +42,7 @@ def person(username: str, group: str) -> tuple[User, Client]:
 
 @pytest.fixture
 def waiting(acme: Tenant) -> list[Effect]:
-    register(acme, "payments")
+    register(acme, "payments", money=CENTS_MONEY)
     ids = [
         settled(acme, f"case-{n}", "payments", {"amount_cents": 100 * n, "currency": "usd"}, o)
         for n, o in enumerate(["AMBIGUOUS", "AMBIGUOUS", "AMBIGUOUS", "COMMITTED"], start=1)

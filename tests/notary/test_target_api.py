@@ -92,7 +92,29 @@ def test_the_commands_register_and_list_targets(acme: Tenant) -> None:
     listed = io.StringIO()
     call_command("list_targets", "--tenant=acme", stdout=listed)
     rows = [line.split("\t") for line in listed.getvalue().splitlines()]
-    assert rows[1] == ["erp", "3", "no", "20 s", "-", "-", "yes", "-"]
+    assert rows[1] == ["erp", "3", "no", "20 s", "-", "-", "yes", "-", "-"]
+    call_command(
+        "create_target",
+        "--tenant=acme",
+        "--name=payouts",
+        "--tier=3",
+        "--max-inflight=20",
+        "--amount-field=amount",
+        "--currency-field=currency",
+        stdout=io.StringIO(),
+    )
+    listed = io.StringIO()
+    call_command("list_targets", "--tenant=acme", stdout=listed)
+    assert listed.getvalue().splitlines()[2].split("\t")[-1] == "amount/currency"
+    with pytest.raises(CommandError, match="go with --amount-field"):
+        call_command(
+            "create_target",
+            "--tenant=acme",
+            "--name=x",
+            "--tier=3",
+            "--max-inflight=1",
+            "--currency=USD",
+        )
     with pytest.raises(CommandError, match="exists already"):
         call_command(
             "create_target", "--tenant=acme", "--name=erp", "--tier=3", "--max-inflight=20"

@@ -14,6 +14,19 @@ def _seconds(value: float | None) -> timedelta | None:
     return None if value is None else timedelta(seconds=value)
 
 
+def _money(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The money declaration the options give; None without --amount-field."""
+    if options["amount_field"] is None:
+        if options["currency_field"] is not None or options["currency"] is not None:
+            raise CommandError("--currency-field and --currency go with --amount-field")
+        return None
+    return {
+        "amount_field": options["amount_field"],
+        "currency_field": options["currency_field"],
+        "currency": options["currency"],
+    }
+
+
 class Command(BaseCommand):
     help = (
         "Declare a tenant's target: what it allows decides what recovery may do (DESIGN §3). "
@@ -47,6 +60,11 @@ class Command(BaseCommand):
             default=DEFAULT_REVIEW_SLA.total_seconds(),
             help="seconds its effects may wait in the review queue before they are overdue",
         )
+        parser.add_argument(
+            "--amount-field", help="the payload field of the money it moves, in minor units"
+        )
+        parser.add_argument("--currency-field", help="the payload field of its currency")
+        parser.add_argument("--currency", help="or the one currency it always moves")
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
@@ -65,6 +83,7 @@ class Command(BaseCommand):
                 lookup_needs_key=options["lookup_needs_key"],
                 lookup_url=options["lookup_url"],
                 review_sla=timedelta(seconds=options["review_sla"]),
+                money=_money(options),
             )
         except (NotaryInputError, OverflowError) as exc:
             raise CommandError(str(exc)) from exc

@@ -42,6 +42,7 @@ from django.utils import timezone
 from gate_client.faults import CrashPoint
 from gate_client.gate import Gate
 from gate_client.http_target import HttpTarget
+from gate_client.money import MoneyDeclaration
 from gate_client.notary_journal import NotaryJournal
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.receipts import Receipt, derive_receipt
@@ -72,6 +73,8 @@ EFFECTS: dict[str, tuple[str, Tier, timedelta | None, timedelta | None]] = {
     "sms": ("sms", Tier.NEITHER, None, None),  # nothing to ask, no webhooks: a person decides
 }
 MAX_INFLIGHT = timedelta(seconds=2)
+# The refund's money is its payload's amount_cents, as the payments target declares it.
+REFUND_MONEY = MoneyDeclaration(amount_field="amount_cents", currency_field="currency")
 WITNESS_DIR = settings.VAR_DIR / "witnesses"
 DEMO_REVIEWER, DEMO_EMAIL = "demo-reviewer", "reviewer@shop.example"
 
@@ -246,6 +249,7 @@ class Command(BaseCommand):
             queryable=True,
             max_inflight=MAX_INFLIGHT,
             key_window=EFFECTS["refund"][2],
+            money=REFUND_MONEY.body(),
         )
         _, agent_token = services.api_key_issue(tenant=tenant, role="agent", holder="refund-bot")
         _, approver_token = services.api_key_issue(
@@ -399,6 +403,7 @@ class Command(BaseCommand):
             max_inflight=MAX_INFLIGHT,
             timeout_seconds=MAX_INFLIGHT.total_seconds(),
             evidence_window=evidence_window,
+            money=REFUND_MONEY if target == TARGET else None,
         )
         with NotaryJournal(options["notary"], options["token"]) as journal:
             gate = Gate(journal, {target: service}, premises_for=lambda _: [_payment_settled()])

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from notary import selectors
-from notary.models import Tenant
+from notary.models import Target, Tenant
 
 
 def _seconds(window: timedelta | None) -> str:
@@ -23,7 +23,9 @@ class Command(BaseCommand):
         tenant = Tenant.objects.filter(slug=options["tenant"]).first()
         if tenant is None:
             raise CommandError(f"no tenant {options['tenant']!r}")
-        header = "name tier queryable max_inflight key_window evidence_window attests lookup_url"
+        header = (
+            "name tier queryable max_inflight key_window evidence_window attests lookup_url money"
+        )
         self.stdout.write(header.replace(" ", "\t"))
         for target in selectors.targets_of(tenant=tenant):
             row = [
@@ -35,5 +37,18 @@ class Command(BaseCommand):
                 _seconds(target.evidence_window),
                 "yes" if target.attests_before_acting else "no",
                 target.lookup_url or "-",
+                _money(target),
             ]
             self.stdout.write("\t".join(row))
+
+
+def _money(target: Target) -> str:
+    """Where its payloads hold their money: `amount/currency`, `amount USD`, or -."""
+    money = target.declaration().money
+    if money is None:
+        return "-"
+    return (
+        f"{money.amount_field}/{money.currency_field}"
+        if money.currency_field
+        else (f"{money.amount_field} {money.currency or ''}".strip())
+    )

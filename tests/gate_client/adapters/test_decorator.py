@@ -17,7 +17,7 @@ from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.targets import Tier
-from testkit.agents.gated_agent import Payments, case, lease
+from testkit.agents.gated_agent import REFUND_MONEY, Payments, case, lease
 from testkit.processes import spawn_armed
 
 AGENT = "testkit.agents.gated_agent"
@@ -52,7 +52,7 @@ Refund = Callable[..., dict[str, Any]]
 def refund(functions: GatedFunctions, payments: Payments) -> Refund:
     """A tier-3 refund: it takes no key and nothing can look it up."""
 
-    @functions.gated(case_id=case, lease_id=lease)
+    @functions.gated(case_id=case, lease_id=lease, money=REFUND_MONEY)
     def refund(order: str, amount_cents: int) -> dict[str, Any]:
         return payments.refund(order, amount_cents)
 
@@ -90,7 +90,7 @@ def test_lease_and_premises_are_checked_before_the_function_runs(
         check = lambda: PremiseResult(world["refundable"], {"order": order})  # noqa: E731
         return [Premise("order_refundable", check)]
 
-    @functions.gated(case_id=case, lease_id=lease, premises=still_refundable)
+    @functions.gated(case_id=case, lease_id=lease, money=REFUND_MONEY, premises=still_refundable)
     def refund(order: str, amount_cents: int) -> dict[str, Any]:
         return payments.refund(order, amount_cents)
 
@@ -119,7 +119,7 @@ def test_a_declared_refusal_is_a_failure_and_carries_the_cause(
     class CardDeclined(Exception):
         pass
 
-    @functions.gated(case_id=case, lease_id=lease, fails_on=(CardDeclined,))
+    @functions.gated(case_id=case, lease_id=lease, money=REFUND_MONEY, fails_on=(CardDeclined,))
     def refund(order: str, amount_cents: int) -> dict[str, Any]:
         raise CardDeclined(order)
 
@@ -144,7 +144,7 @@ def test_a_function_that_dedupes_is_resent_under_its_effect_id(
     functions: GatedFunctions, payments: Payments
 ) -> None:
 
-    @functions.gated(case_id=case, lease_id=lease)
+    @functions.gated(case_id=case, lease_id=lease, money=REFUND_MONEY)
     def refund(order: str, amount_cents: int, effect_id: str) -> dict[str, Any]:
         return payments.refund(order, amount_cents, key=effect_id)
 
@@ -165,6 +165,7 @@ def test_a_lookup_settles_without_resending(functions: GatedFunctions, payments:
     @functions.gated(
         case_id=case,
         lease_id=lease,
+        money=REFUND_MONEY,
         lookup=find,
         tier=Tier.LOOKUP,
         max_inflight=timedelta(seconds=1),

@@ -25,6 +25,7 @@ from gate_client.adapters.mcp_tools import GatedTools
 from gate_client.ids import effect_id_for
 from gate_client.journal import LocalJournal
 from gate_client.leases import Lease
+from gate_client.money import MoneyDeclaration
 from gate_client.proposal import Premise, PremiseResult
 from gate_client.receipts import Receipt, verify_receipt
 from ledger.core.entries import EntryKind
@@ -151,6 +152,7 @@ class World:
             "lease_id": self.leases,
             "premises": {"issue_refund": self.payment_succeeded},
             "lookups": {"create_ticket": "find_ticket"},
+            "money": {"issue_refund": MoneyDeclaration("amount_cents")},
             **policy,
         }
         self.journal = LocalJournal(self.path)

@@ -116,7 +116,7 @@ def test_the_gate_refunds_once_and_a_resubmit_sends_nothing(
 ) -> None:
     journal = LocalJournal(tmp_path / "journal")
     grant(journal, "case-1")
-    gate = refund_agent.build_gate(client, journal.path, Tier.LOOKUP)
+    gate = refund_agent.build_gate(client, journal, Tier.LOOKUP)
     payload = {"payment_intent": payment, "amount": REFUND_CENTS}
     proposal = Proposal(
         "case-1", refund_agent.TARGET, refund_agent.ACTION, payload, refund_agent.LEASE_ID
