@@ -214,6 +214,16 @@ MANDATE_REFUSALS = [
         "the checkout mandate's hash does not bind its checkout, or the checkout's payload is "
         "not canonical JSON",
     ),
+    refusal(
+        NotaryConflict(
+            "mandate_spent",
+            "mandate 3f1c8e0b5d2a7f9c4e6b1a3d5f7c9e2b4a6d8f0c1e3b5a7d9f2c4e6a8b0d9a2e "
+            "approves one payment and was granted already, to "
+            f"{EXAMPLE_LEASE_ID}",
+            lease_id=EXAMPLE_LEASE_ID,
+        ),
+        "a one-payment or Checkout Mandate grants one lease: it was granted already, to `lease_id`",
+    ),
     EXPIRED,
     BEYOND_AMOUNT,
     BEYOND_DURATION,
@@ -632,7 +642,9 @@ class LeaseFromMandateView(APIView):
         "earlier at `expires_at`. The approver names the action, the cases and the agent. "
         "LEASE_GRANTED keeps the mandate as received, with the keys that verified it. A "
         "mandate that is unreadable (400), signed by no trusted key, expired, bound to "
-        "another checkout, or has a constraint a lease cannot enforce (403) writes nothing.",
+        "another checkout, or has a constraint a lease cannot enforce (403) writes nothing. "
+        "A mandate is spent in the ledger: a one-payment or Checkout Mandate grants once "
+        "(409 `mandate_spent`); an open mandate's leases share its budget.",
         request=LeaseFromMandateInput,
         responses={201: LeaseOutput, **error_responses(*MANDATE_REFUSALS)},
         examples=[
