@@ -32,12 +32,15 @@ class Summary:
     rows: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)  # -> receipts
     amounts: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
 
-    def add(self, final_state: str, proposed: Entry) -> None:
+    def add(self, final_state: str, proposed: Entry, *, contradicted: bool = False) -> None:
+        """Count one receipt; a contradicted one under `outcome_label`'s flag, never under its
+        verdict alone, since the verdict is what the evidence disputes."""
         body = proposed.body_value()
         money = proposed_money(body)
         currency = money.currency if money is not None else ""
         month = proposed.created_at.strftime("%Y-%m")
-        key = (month, str(body.get("target", "")), final_state, currency)
+        outcome = outcome_label(final_state, contradicted)
+        key = (month, str(body.get("target", "")), outcome, currency)
         self.rows[key] += 1
         if money is not None:
             self.amounts[key] += money.amount_minor
@@ -50,6 +53,12 @@ class Summary:
             amount = self.amounts.get(key)
             shown = "" if amount is None else str(amount)
             writer.writerow([*key, self.rows[key], shown, in_currency(amount, key[3])])
+
+
+def outcome_label(final_state: str, contradicted: bool) -> str:
+    """How a receipt is counted in outcome tables: by its final state, flagged when evidence
+    contradicts it (a person must look), so no total counts it as settled by its verdict."""
+    return f"{final_state} (contradicted)" if contradicted else final_state
 
 
 def in_currency(amount_minor: int | None, currency: str) -> str:

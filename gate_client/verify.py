@@ -81,7 +81,7 @@ from gate_client.mandates import (
 )
 from gate_client.proved import NotProved, check_served_receipt
 from gate_client.receipts import ReceiptError, derive_receipt
-from gate_client.summary import Summary
+from gate_client.summary import Summary, outcome_label
 from ledger.core.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -378,10 +378,11 @@ def _count_line(record: dict[str, Any], where: str, state: _Walk, report: Report
     must count the lines before it and ends the export."""
     kind = record.get("type")
     if kind == "receipt":
-        final_state, proposed = state.receipt(record, where)
+        derived, proposed = state.receipt(record, where)
+        final_state, contradicted = str(derived["final_state"]), bool(derived["contradicted"])
         report.receipts += 1
-        report.outcomes[final_state] += 1
-        report.summary.add(final_state, proposed)
+        report.outcomes[outcome_label(final_state, contradicted)] += 1
+        report.summary.add(final_state, proposed, contradicted=contradicted)
     elif kind == "entry":
         state.entry(record, where)
         report.entries += 1
@@ -439,8 +440,9 @@ class _Walk:
         self.pools: dict[str, str] = {}
         self.totals: dict[str, Total] = {}
 
-    def receipt(self, record: dict[str, Any], where: str) -> tuple[str, Entry]:
-        """The receipt line checked: its final state and its effect's PROPOSED entry."""
+    def receipt(self, record: dict[str, Any], where: str) -> tuple[dict[str, Any], Entry]:
+        """The receipt line checked: the receipt derived from its entries, and its effect's
+        PROPOSED entry."""
         effect_id = record.get("effect_id")
         if not isinstance(effect_id, str) or not isinstance(record.get("entries"), list):
             raise Failure("integrity", where, "a receipt line needs effect_id and entries")
@@ -467,7 +469,7 @@ class _Walk:
             raise Failure(
                 "integrity", where, f"{', '.join(differing)} do not follow from its entries"
             )
-        return str(derived["final_state"]), proposed
+        return derived, proposed
 
     def _line_entries(self, items: list[Any], effect_id: str, where: str) -> list[Entry]:
         """A receipt line's entries, in seq order, once each: its effect's own are their home,

@@ -267,11 +267,13 @@ def receipt_summary(*, tenant: Tenant, chunk_size: int = 2000) -> Summary:
     holds (which verify_ledger checks against the ledger) and the PROPOSED entry's payload."""
     summary = Summary()
     rows = Effect.objects.filter(tenant=tenant).order_by("proposed_seq")
-    pairs = rows.values_list("state", "proposed_seq").iterator(chunk_size=chunk_size)
-    while chunk := list(itertools.islice(pairs, chunk_size)):
-        proposed = {e.seq: e for e in entries_at(log=tenant.log, seqs=[seq for _, seq in chunk])}
-        for state, seq in chunk:
-            summary.add(state, proposed[seq])
+    rows_read = rows.values_list("state", "contradicted", "proposed_seq")
+    for_chunks = rows_read.iterator(chunk_size=chunk_size)
+    while chunk := list(itertools.islice(for_chunks, chunk_size)):
+        seqs = [seq for _, _, seq in chunk]
+        proposed = {e.seq: e for e in entries_at(log=tenant.log, seqs=seqs)}
+        for state, contradicted, seq in chunk:
+            summary.add(state, proposed[seq], contradicted=contradicted)
     return summary
 
 

@@ -50,6 +50,13 @@ def test_the_admin_summary_is_the_verified_exports_summary(
         payload = {"payment": f"pi_{n}", "amount_cents": cents, "currency": currency}
         settled(acme, f"case-{n}", "payments", payload, outcome)
     settled(globex, "case-x", "payments", {"amount_cents": 99_999, "currency": "usd"}, "COMMITTED")
+    # The target reports a second refund for one effect: a duplicate at the target, which no
+    # total may count as one plain COMMITTED refund.
+    twice = settled(
+        acme, "case-9", "payments", {"amount_cents": 4000, "currency": "usd"}, "COMMITTED"
+    )
+    duplicate = {"source": "webhook", "outcome": "performed", "result_ref": "re_twice"}
+    services.effect_observe(tenant=acme, effect_id=twice, evidence=duplicate)
     ledger_services.sign_checkpoint(log=acme.log, signer=signer)
 
     services.auditor_create(username="audrey", email="audrey@example.com", password=PASSWORD)
@@ -78,8 +85,16 @@ def test_the_admin_summary_is_the_verified_exports_summary(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert from_admin == summary.read_bytes().decode()  # the very same table
+    table = done.stdout.split("outcomes:\n")[1].splitlines()
+    outcomes = {
+        state.strip(): int(count.replace(",", ""))
+        for state, count in (line.rsplit(maxsplit=1) for line in table if line.startswith("  "))
+    }
+    # The duplicated refund is flagged, not counted as a third plain COMMITTED.
+    assert outcomes == {"AMBIGUOUS": 1, "COMMITTED": 2, "COMMITTED (contradicted)": 1}
     rows = [line.split(",")[1:] for line in from_admin.splitlines()[1:]]
     assert rows == [
         ["payments", "AMBIGUOUS", "EUR", "1", "900", "9.00"],
         ["payments", "COMMITTED", "USD", "2", "2000", "20.00"],
+        ["payments", "COMMITTED (contradicted)", "USD", "1", "4000", "40.00"],
     ]
