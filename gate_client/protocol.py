@@ -647,6 +647,70 @@ def proposed_declaration(proposed: Mapping[str, Any]) -> TargetDeclaration | Non
     return TargetDeclaration.from_body(body) if body is not None else None
 
 
+def declaration_in_words(declared: TargetDeclaration) -> str:
+    """What could be known of an effect sent to a target declared so, in a sentence: how a lost
+    answer is recovered (so a reader sees why an answer is exact or AMBIGUOUS), and how its
+    money reads. The receipt states it; the verifier derives it again from the ledger."""
+    inflight = _span(declared.max_inflight)
+    if declared.tier == Tier.DEDUPES:
+        window = _span(declared.key_window) if declared.key_window is not None else "ever"
+        first = f"tier 1: it dedupes on the effect's key for {window}, so a lost answer is resent"
+        later = {
+            Mode.LOOKUP: "past that it is looked up",
+            Mode.ATTESTED: "past that its service's attestations answer",
+            Mode.EVIDENCE: "past that only its webhooks can settle it",
+            Mode.NOTHING_TO_ASK: "past that nothing can be asked and a lost answer is AMBIGUOUS",
+        }
+        past = asking_mode(
+            replace(declared, queryable=declared.queryable and not declared.lookup_needs_key)
+        )
+        how = f"{first} under it; {later[past]}" if declared.key_window is not None else first
+    else:
+        asked = {
+            Mode.LOOKUP: (
+                f"tier {int(declared.tier)}: it can be looked up: found settles it, and not found"
+                f" {inflight} after the last dispatch is known unsent"
+            ),
+            Mode.ATTESTED: (
+                "tier 3 with write-ahead attestation: its service attests before acting, so no"
+                f" attestation {inflight} after the last dispatch is known unsent"
+            ),
+            Mode.EVIDENCE: (
+                "tier 3 with webhook evidence: what its webhooks say within"
+                f" {_span(declared.evidence_window)} settles it; silence proves nothing, so"
+                " unseen is AMBIGUOUS"
+            ),
+            Mode.NOTHING_TO_ASK: (
+                "tier 3: nothing can be asked, so a lost answer is AMBIGUOUS for a person"
+            ),
+        }
+        how = asked[asking_mode(declared)]
+    return f"{how}; a request may be in flight for {inflight}; {_money_in_words(declared)}"
+
+
+def _money_in_words(declared: TargetDeclaration) -> str:
+    money = declared.money
+    if money is None:
+        return "it moves no money"
+    if money.currency_field is not None:
+        currency = f"the currency in {money.currency_field}"
+    else:
+        currency = money.currency or "no currency"
+    return f"its money is {money.amount_field}, in minor units of {currency}"
+
+
+def _span(window: timedelta | None) -> str:
+    """A window as a person reads it: 500 ms, 2 s, 90 s, 24 h."""
+    if window is None:
+        return "none"
+    seconds = window.total_seconds()
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    return f"{seconds:g} s"
+
+
 class Mode(enum.StrEnum):
     """How an effect of this target recovers now."""
 

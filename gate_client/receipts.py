@@ -19,9 +19,11 @@ from gate_client.protocol import (
     Happened,
     Standing,
     State,
+    declaration_in_words,
     evidence_hold,
     is_payload_change,
     payload_change_for,
+    proposed_declaration,
     standing,
 )
 from ledger.core.entries import Entry, EntryKind, genesis_hash
@@ -55,10 +57,15 @@ class Receipt:
     # The AP2 mandate the lease was granted from (gate_client.mandates: the token as received
     # and the keys that verified it), as its LEASE_GRANTED records it; None: no mandate.
     mandate: Mapping[str, Any] | None = None
+    # What could be known: the target's declaration the effect was decided under, as its
+    # PROPOSED records it (tier, lookup, windows, evidence, money), and that in a sentence
+    # (protocol.declaration_in_words). None: proposed before declarations were recorded.
+    declaration: Mapping[str, Any] | None = None
+    knowable: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON has it: sequences are lists; `budget`, `held_by` and `mandate` only when
-        set, so a receipt without them reads as it always did."""
+        set; `declaration` and `knowable` always, null when the ledger records none."""
         data = {name: _copied(getattr(self, name)) for name in _RECEIPT_FIELDS}
         for optional in ("budget", "held_by", "mandate"):
             if data[optional] is None:
@@ -110,6 +117,11 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
         key: proposed[key] for key in ("case_id", "target", "action", "lease_id", "payload_hash")
     }
     mandate = _lease_mandate(journal, proposed["lease_id"])
+    declared = proposed_declaration(proposed)
+    knowable = {
+        "declaration": proposed.get("declaration"),
+        "knowable": declaration_in_words(declared) if declared is not None else None,
+    }
     if payload_hash is not None and payload_hash != proposed["payload_hash"]:
         refusal = payload_change_for(history, payload_hash)
         if refusal is None:
@@ -127,6 +139,7 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
             contradicted=False,
             contradictions=(),
             mandate=mandate,
+            **knowable,
         )
 
     relevant = [e for e in history if not is_payload_change(e)]
@@ -171,6 +184,7 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
         budget=statement.body() if statement is not None else None,
         held_by=effect_id if held_on_evidence else _holder(held),
         mandate=mandate,
+        **knowable,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gate_client.money import MoneyDeclaration
 from gate_client.protocol import (
     Admission,
     Answer,
@@ -32,6 +33,7 @@ from gate_client.protocol import (
     admit,
     agent_outcome_refusal,
     decide,
+    declaration_in_words,
     intent_refusal,
     settle_on_evidence,
     standing,
@@ -781,3 +783,57 @@ def test_a_final_state_says_whether_it_happened() -> None:
     assert FinalState(State.AMBIGUOUS).happened == "unknown"
     assert not FinalState(State.AMBIGUOUS).final
     assert FinalState(State.RESOLVED_NOT_HAPPENED).happened is False
+
+
+@pytest.mark.parametrize(
+    ("declared", "words"),
+    [
+        (
+            TargetDeclaration(
+                Tier.DEDUPES, True, timedelta(seconds=2), key_window=timedelta(hours=24)
+            ),
+            "tier 1: it dedupes on the effect's key for 24 h, so a lost answer is resent under "
+            "it; past that it is looked up; a request may be in flight for 2 s; it moves no money",
+        ),
+        (
+            TargetDeclaration(
+                Tier.DEDUPES,
+                True,
+                timedelta(seconds=2),
+                key_window=timedelta(hours=24),
+                lookup_needs_key=True,
+                money=MoneyDeclaration("amount", currency_field="currency"),
+            ),
+            "tier 1: it dedupes on the effect's key for 24 h, so a lost answer is resent under "
+            "it; past that nothing can be asked and a lost answer is AMBIGUOUS; a request may be "
+            "in flight for 2 s; its money is amount, in minor units of the currency in currency",
+        ),
+        (
+            TargetDeclaration(Tier.LOOKUP, True, timedelta(milliseconds=500)),
+            "tier 2: it can be looked up: found settles it, and not found 500 ms after the last "
+            "dispatch is known unsent; a request may be in flight for 500 ms; it moves no money",
+        ),
+        (
+            TargetDeclaration(
+                Tier.NEITHER,
+                False,
+                timedelta(seconds=30),
+                attests_before_acting=True,
+                money=MoneyDeclaration("amount_cents", currency="EUR"),
+            ),
+            "tier 3 with write-ahead attestation: its service attests before acting, so no "
+            "attestation 30 s after the last dispatch is known unsent; a request may be in "
+            "flight for 30 s; its money is amount_cents, in minor units of EUR",
+        ),
+        (
+            TargetDeclaration(Tier.NEITHER, False, timedelta(seconds=5)),
+            "tier 3: nothing can be asked, so a lost answer is AMBIGUOUS for a person; a request "
+            "may be in flight for 5 s; it moves no money",
+        ),
+    ],
+)
+def test_a_declaration_says_in_words_what_could_be_known(
+    declared: TargetDeclaration, words: str
+) -> None:
+    assert declaration_in_words(declared) == words
+    assert declaration_in_words(TargetDeclaration.from_body(declared.body())) == words

@@ -80,6 +80,13 @@ def test_a_served_receipt_verifies_offline_with_the_logs_key(
     effect_id = shown["receipt"]["effect_id"]
     assert f"receipt: OK  {effect_id} COMMITTED, re-derived from its 4 entries" in out
     assert "witnesses: not checked: --no-witnesses given" in out
+    # What could be known, as the target was declared when the effect was proposed.
+    assert shown["receipt"]["declaration"]["evidence_window_us"] == 3_600_000_000
+    assert shown["receipt"]["knowable"] == (
+        "tier 3 with webhook evidence: what its webhooks say within 1 h settles it; silence "
+        "proves nothing, so unseen is AMBIGUOUS; a request may be in flight for 1 s; it moves "
+        "no money"
+    )
 
 
 def changed(shown: dict[str, Any], change: str) -> dict[str, Any]:
@@ -98,6 +105,10 @@ def changed(shown: dict[str, Any], change: str) -> dict[str, Any]:
         copy["proofs"][seq] = copy["proofs"][str(copy["entries"][1]["seq"])]
     elif change == "no checkpoint":
         copy["checkpoint"] = None
+    elif change == "declaration":  # claims a target that dedupes, so an answer looks exact
+        copy["receipt"]["declaration"]["tier"] = 1
+    elif change == "knowable":
+        copy["receipt"]["knowable"] = "tier 1: it dedupes on the effect's key"
     return copy
 
 
@@ -109,6 +120,8 @@ def changed(shown: dict[str, Any], change: str) -> dict[str, Any]:
         ("entry dropped", "the fields shown differ from its entries"),
         ("proof", "is not proved in the checkpoint"),
         ("no checkpoint", "no signed checkpoint covers it yet"),
+        ("declaration", "the fields shown differ from its entries"),
+        ("knowable", "the fields shown differ from its entries"),
     ],
 )
 def test_a_changed_receipt_is_refused(
