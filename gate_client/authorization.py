@@ -9,12 +9,15 @@ PROPOSED carries), the instant, the spender and what it spent so far (budgets), 
 on it (gate_client.holds). Out: `Fire(body)` (the DISPATCHED body, with its budget statement
 on a first dispatch under a budgeted lease), `Refuse(reason, detail)` or `Held(hold)`.
 
-The lease's terms, in order: revoked, expired, the case and action it covers; the exact
-payload it approves; then money, read only as the target declares it (gate_client.money):
-a money target's payload must read one way, a lease with money terms (a limit, a currency, an
-amount budget) needs a target that declares money, its limits name only the declared amount
-field, and a standing lease on a money target bounds each effect's amount; then the hold; then
-the budgets, spending the declared amount (a target without money spends only a count)."""
+First the hold: a hold is not a verdict and a refusal is, so an effect that waits for a person
+(its own evidence says it was done before it was dispatched, or another effect of its case
+waits) is held, never refused by a lease that lapsed meanwhile: "not done" could contradict
+what the person finds. Then the lease's terms, in order: revoked, expired, the case and action
+it covers; the exact payload it approves; then money, read only as the target declares it
+(gate_client.money): a money target's payload must read one way, a lease with money terms (a
+limit, a currency, an amount budget) needs a target that declares money, its limits name only
+the declared amount field, and a standing lease on a money target bounds each effect's amount;
+then the budgets, spending the declared amount (a target without money spends only a count)."""
 
 from __future__ import annotations
 
@@ -97,7 +100,7 @@ class Refuse:
 
 @dataclass(frozen=True)
 class Held:
-    """Not dispatched: another effect of its case waits for a person."""
+    """Not dispatched: it, or another effect of its case, waits for a person."""
 
     hold: Hold
 
@@ -114,16 +117,16 @@ def authorize(
     spent_for: SpentFor,
     hold: Callable[[], Hold | None],
 ) -> Decision:
-    """The one answer to "may this dispatch fire now?" (see the module's docstring). `hold` is
-    asked only once the lease covers the dispatch, and `spent_for` only for a first dispatch
-    under a budgeted lease (both may cost a read)."""
+    """The one answer to "may this dispatch fire now?" (see the module's docstring).
+    `spent_for` is asked only for a first dispatch under a budgeted lease (it may cost a
+    read)."""
+    held = hold()
+    if held is not None:
+        return Held(held)
     refused = _lease_refusal(request, lease, now)
     if refused is not None:
         return refused
     assert lease is not None  # no lease is refused above
-    held = hold()
-    if held is not None:
-        return Held(held)
     body = request.entry_body()
     budgets = lease.lease.budgets
     if request.attempt != 1 or not budgets:

@@ -133,6 +133,43 @@ def test_a_contradicted_effect_holds_until_a_person_settles_it(shop: Tenant) -> 
     assert entry.kind == EntryKind.DISPATCHED
 
 
+@pytest.mark.parametrize("waits", ["another effect of its case", "its own evidence"])
+def test_an_effect_waiting_for_a_person_is_held_not_refused_when_its_lease_lapsed(
+    shop: Tenant, waits: str
+) -> None:
+    """A hold is not a verdict and a lease refusal is: while a person has yet to decide, a
+    lapsed lease must not let the agent record "not done" beside evidence that it was done."""
+    offered = new_effect(shop)
+    client = agent(shop)
+    if waits == "another effect of its case":
+        holder = settled(shop, CASE, "refunds", PAYLOAD, "AMBIGUOUS")
+        proposal = {"effect_id": offered.effect_id, "proposal": offered.proposed_body([])}
+        assert client.post("/v1/effects", proposal, format="json").status_code == 201
+    else:
+        holder = offered.effect_id
+        services.effect_propose(tenant=shop, effect_id=holder, proposal=offered.proposed_body([]))
+        done = {"source": "webhook", "outcome": "performed", "result_ref": "re_by_hand"}
+        services.effect_observe(tenant=shop, effect_id=holder, evidence=done)
+    services.lease_revoke(tenant=shop, lease_id=offered.lease_id, by="maria", reason="ended")
+
+    dispatch = client.post(
+        f"/v1/effects/{offered.effect_id}/dispatch",
+        {"attempt": 1, "premises": [], "recovery": False},
+        format="json",
+    )
+
+    assert dispatch.status_code == 409, dispatch.content
+    assert (dispatch.json()["error"], dispatch.json()["held_by"]) == ("held", holder)
+    assert "DISPATCHED" not in kinds(shop, offered.effect_id)
+    if waits == "another effect of its case":  # once the person decided, the lease counts
+        services.effect_resolve(
+            tenant=shop, effect_id=holder, happened=False, reason="not sent", by="fiona"
+        )
+        refused = propose_and_dispatch(client, offered)
+        assert refused.status_code == 200 and refused.json()["dispatched"] is None
+        assert refused.json()["dispatch_refused"]["reason"] == "lease_revoked"
+
+
 @pytest.mark.parametrize(
     ("scope", "other_target_held", "same_target_held"),
     [("case_target", False, True), ("case", True, True), ("off", False, False)],
