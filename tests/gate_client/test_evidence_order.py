@@ -74,7 +74,8 @@ def history(*items: Item) -> list[Entry]:
 
 
 def dispatched(attempt: int = 1) -> Item:
-    return ("DISPATCHED", {"attempt": attempt, "lease_id": "lease_1", "premises": PREMISES})
+    body = {"attempt": attempt, "lease_id": "lease_1", "premises": PREMISES}
+    return ("DISPATCHED", {**body, "recovery": attempt > 1})
 
 
 def observed(outcome: str, ref: str = "em_1", **more: Any) -> Item:
