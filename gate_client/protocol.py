@@ -238,8 +238,11 @@ def _contradictions(
     """What contradicts `verdict` among `history`, counting only what came after the last
     RESOLVED that stands (a person has seen and settled what came before). A 'performed' seen
     before the first dispatch, or one the notary refused, answers no attempt (counted_evidence)
-    and is a contradiction of its own."""
+    and is a contradiction of its own, unless a person decided that it happened: then it agrees
+    (a second webhook of the same charge, a service repeating its word), and only a different
+    result reference contradicts (duplicate_at_target)."""
     since = verdict.seq if verdict is not None and verdict.kind == EntryKind.RESOLVED else -1
+    agreed = since >= 0 and state is not None and state.happened is True
     performed = [
         e
         for e in history
@@ -249,10 +252,9 @@ def _contradictions(
     counted = {e.seq for e in counted_evidence(history)}
     found: list[Contradiction] = []
     verdict_seq = verdict.seq if verdict is not None else None
-    early = tuple(e.seq for e in performed if e.seq > since and (first is None or e.seq < first))
-    refused = tuple(
-        e.seq for e in performed if e.seq > since and e.seq not in early and e.seq not in counted
-    )
+    uncounted = [e.seq for e in performed if e.seq > since and e.seq not in counted]
+    early = () if agreed else tuple(n for n in uncounted if first is None or n < first)
+    refused = () if agreed else tuple(n for n in uncounted if first is not None and n > first)
     late = tuple(e.seq for e in performed if e.seq > since and e.seq in counted)
     if early:
         found.append(

@@ -154,6 +154,30 @@ CONTRADICTIONS = [
         "RESOLVED_HAPPENED",
         [],
     ),
+    (
+        "a second webhook of what a person found happened agrees with the person",
+        [observed("performed"), resolved(True), observed("performed")],
+        "RESOLVED_HAPPENED",
+        [],
+    ),
+    (
+        "so does a service repeating its refused word",
+        [dispatched(), refused_performed(), resolved(True), refused_performed()],
+        "RESOLVED_HAPPENED",
+        [],
+    ),
+    (
+        "a different result after the person's word is a second performance",
+        [observed("performed"), resolved(True), observed("performed", "em_2")],
+        "RESOLVED_HAPPENED",
+        ["duplicate_at_target"],
+    ),
+    (
+        "a 'performed' after a person found it did not happen contradicts the person",
+        [observed("performed"), resolved(False), observed("performed")],
+        "RESOLVED_NOT_HAPPENED",
+        ["happened_never_dispatched"],
+    ),
 ]
 
 
