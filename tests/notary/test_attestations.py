@@ -139,6 +139,8 @@ def test_after_a_dispatch_too_a_word_with_no_intent_answers_nothing_and_holds_an
     receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
     assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
     assert [c["kind"] for c in receipt.contradictions] == ["performed_unacknowledged"]
+    assert receipt.held_by == effect_id, "held by its own evidence before any resend is tried"
+    assert Effect.objects.get(tenant=acme, effect_id=effect_id).held_by == effect_id
     assert waiting(acme, effect_id)
     with pytest.raises(NotaryConflict, match="contradicted"):
         attest(acme, effect_id, "before_acting")
