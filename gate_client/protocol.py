@@ -510,11 +510,18 @@ _OUTCOME_RULES: Mapping[str, _OutcomeRule] = {
 def silence_broken(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> str | None:
     """Why a refusal resting on the notary's silence ("not attested") no longer holds: an
     attestation recorded since the agent read the evidence (it raced the read) means the
-    service may have acted, so the effect is not known unsent. None: the silence stands."""
+    service may have acted, so the effect is not known unsent. That includes a 'performed' the
+    notary refused for want of an acknowledged intent: it answers no request, but it is no
+    silence. None: the silence stands."""
     recheck = body.get("recheck")
     if kind != EntryKind.REFUSED or not isinstance(recheck, Mapping):
         return None
-    if recheck.get("lookup") != "not_attested" or isinstance(evidence_answer(history), NotFound):
+    first = _first_dispatch_seq(history)
+    if recheck.get("lookup") != "not_attested" or first is None:
+        return None
+    if not any(
+        e.kind == EntryKind.OBSERVED and e.seq > first and _reading(e) is not None for e in history
+    ):
         return None
     return "the service attested this effect after the evidence was read: ask again"
 

@@ -200,3 +200,31 @@ def test_a_service_repeating_its_word_after_a_person_found_it_happened_reopens_n
     receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
     assert [c["kind"] for c in receipt.contradictions] == ["duplicate_at_target"]
     assert waiting(acme, effect_id) and contradicted.exists()
+
+
+@pytest.mark.django_db
+def test_a_refusal_resting_on_silence_is_refused_once_the_service_said_it_performed(
+    acme: Tenant,
+) -> None:
+    """The agent read "nothing attested" and found a premise failed; before its refusal is
+    recorded, the service says it performed the effect, with no intent acknowledged. That word
+    answers no request, but the silence the refusal rests on is broken all the same: recorded,
+    the refusal would say the effect never happened beside a service saying it did."""
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = dispatched(acme, "erp", "case-1")
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_1")
+    body = {
+        "reason": "stale_premise_at_recovery",
+        "recheck": {"reason": "stale_premise", "lookup": "not_attested"},
+    }
+    with pytest.raises(NotaryConflict, match="attested this effect") as refused:
+        services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="REFUSED", body=body)
+    assert refused.value.code == "evidence_arrived"
+    assert kinds_of(acme, effect_id) == ["PROPOSED", "DISPATCHED", "OBSERVED"]
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert (receipt.final_state, receipt.happened, receipt.held_by) == (
+        "DISPATCHED",
+        "unknown",
+        effect_id,
+    )
