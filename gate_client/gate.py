@@ -39,7 +39,6 @@ from gate_client.protocol import (
     last_attempt,
     late_request,
     premise_failure,
-    refusal,
     sent_body,
     standing,
 )
@@ -123,8 +122,13 @@ class Gate:
                     effect_id=effect_id, body=body, request=request
                 )
             except LeaseRefused as refused:
-                failure = {"reason": refused.reason, "detail": refused.detail}
-                return self._record(effect_id, refusal(failure, at_recovery=False))
+                # Decided as any refused dispatch is: evidence on record that it was performed
+                # (before any dispatch) holds it for a person instead of a refusal that says
+                # it never happened.
+                failure = Recheck({"reason": refused.reason, "detail": refused.detail}, premises)
+                return self._settle(
+                    effect_id, premises=proposal.premises, recovering=False, recheck=failure
+                )
             except EffectHeld:
                 return self.receipt(effect_id)  # HELD: submit again once a person resolves it
             if started is not None:
@@ -177,12 +181,13 @@ class Gate:
         premises: Sequence[Premise] | None = None,
         recovering: bool = True,
         dispatched_here: bool = False,
+        recheck: Recheck | None = None,
     ) -> Receipt:
         """Ask the protocol for the next step and take it, until it settles, sends, is held, or
         says wait longer than `patience`. Re-checks evaluate `premises`, by default the ones
-        `premises_for` rebuilds from the PROPOSED body."""
+        `premises_for` rebuilds from the PROPOSED body; `recheck`, one made already."""
         try:
-            return self._steps(effect_id, history, premises, recovering, dispatched_here)
+            return self._steps(effect_id, history, premises, recovering, dispatched_here, recheck)
         except EffectHeld:
             # No verdict: the proposal stands, HELD, to be submitted again once a person has
             # resolved the effect holding it.
@@ -195,9 +200,9 @@ class Gate:
         premises: Sequence[Premise] | None,
         recovering: bool,
         dispatched_here: bool,
+        recheck: Recheck | None,
     ) -> Receipt:
         answer: Answer | None = None
-        recheck: Recheck | None = None
         history = self.journal.history(effect_id) if history is None else history
         while True:
             proposed = _proposed(history)

@@ -239,8 +239,11 @@ def _contradictions(
     """What contradicts `verdict` among `history`, counting only what came after the last
     RESOLVED that stands (a person has seen and settled what came before). A 'performed' seen
     before the first dispatch, or one the notary refused, answers no attempt (counted_evidence)
-    and is a contradiction of its own."""
+    and is a contradiction of its own, unless a person decided that it happened: then it agrees
+    (a second webhook of the same charge, a service repeating its word), and only a different
+    result reference contradicts (duplicate_at_target)."""
     since = verdict.seq if verdict is not None and verdict.kind == EntryKind.RESOLVED else -1
+    agreed = since >= 0 and state is not None and state.happened is True
     performed = [
         e
         for e in history
@@ -250,10 +253,9 @@ def _contradictions(
     counted = {e.seq for e in counted_evidence(history)}
     found: list[Contradiction] = []
     verdict_seq = verdict.seq if verdict is not None else None
-    early = tuple(e.seq for e in performed if e.seq > since and (first is None or e.seq < first))
-    refused = tuple(
-        e.seq for e in performed if e.seq > since and e.seq not in early and e.seq not in counted
-    )
+    uncounted = [e.seq for e in performed if e.seq > since and e.seq not in counted]
+    early = () if agreed else tuple(n for n in uncounted if first is None or n < first)
+    refused = () if agreed else tuple(n for n in uncounted if first is not None and n > first)
     late = tuple(e.seq for e in performed if e.seq > since and e.seq in counted)
     if early:
         found.append(
@@ -509,11 +511,18 @@ _OUTCOME_RULES: Mapping[str, _OutcomeRule] = {
 def silence_broken(history: Sequence[Entry], kind: str, body: Mapping[str, Any]) -> str | None:
     """Why a refusal resting on the notary's silence ("not attested") no longer holds: an
     attestation recorded since the agent read the evidence (it raced the read) means the
-    service may have acted, so the effect is not known unsent. None: the silence stands."""
+    service may have acted, so the effect is not known unsent. That includes a 'performed' the
+    notary refused for want of an acknowledged intent: it answers no request, but it is no
+    silence. None: the silence stands."""
     recheck = body.get("recheck")
     if kind != EntryKind.REFUSED or not isinstance(recheck, Mapping):
         return None
-    if recheck.get("lookup") != "not_attested" or isinstance(evidence_answer(history), NotFound):
+    first = _first_dispatch_seq(history)
+    if recheck.get("lookup") != "not_attested" or first is None:
+        return None
+    if not any(
+        e.kind == EntryKind.OBSERVED and e.seq > first and _reading(e) is not None for e in history
+    ):
         return None
     return "the service attested this effect after the evidence was read: ask again"
 

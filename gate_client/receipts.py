@@ -149,8 +149,8 @@ def _derive(given: Sequence[Entry], effect_id: str, payload_hash: str | None) ->
     except (ValueError, KeyError, TypeError) as exc:
         raise ReceiptError(f"{effect_id}: a verdict that settles nothing known: {exc!r}") from exc
     held = current_hold(relevant) if stands.state is None else None  # a verdict ends a hold
-    # Evidence says it was performed, and it was never dispatched: held, and unknown.
-    held_on_evidence = not dispatches and evidence_hold(relevant) is not None
+    # Evidence at odds with the record holds the effect itself (dispatched or not): unknown.
+    held_on_evidence = evidence_hold(relevant) is not None
     state, happened, fired_attempt = _state(
         stands, dispatches, effect_id, held is not None or held_on_evidence
     )

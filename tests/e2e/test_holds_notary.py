@@ -89,3 +89,35 @@ def test_a_held_effect_is_never_sent_and_goes_once_after_a_person_resolves_its_h
     assert len(service.acts(credit.effect_id)) == 1  # exactly once
     assert len(service.acts(refund.effect_id)) == 1
     verify_receipt(released, iter_entries(log=tenant.log), origin=tenant.log.origin)
+
+
+def test_an_effect_held_by_evidence_stays_held_when_its_lease_ends_never_refused_unsent(
+    notary_url: str, service: RunningServer
+) -> None:
+    """The agent proposed a refund and stopped; the service says it performed it (a person did
+    it by hand). Then the lease is revoked. The agent submits again: the notary refuses the
+    lease, but the evidence says the refund was done, so the effect stays HELD for a person,
+    happened unknown, never REFUSED as if nothing had happened, and nothing is sent."""
+    tenant = services.tenant_create(slug="shop", name="Shop")
+    register(tenant, "svc", tier=3, max_inflight=INFLIGHT)
+    _, token = services.api_key_issue(tenant=tenant, role="agent", holder="bot")
+    refund = proposal(tenant, "refund")
+    services.effect_propose(
+        tenant=tenant, effect_id=refund.effect_id, proposal=refund.proposed_body([])
+    )
+    by_hand = {"source": "attestation", "outcome": "performed", "result_ref": "rf_by_hand"}
+    services.effect_observe(tenant=tenant, effect_id=refund.effect_id, evidence=by_hand)
+    services.lease_revoke(
+        tenant=tenant, lease_id=refund.lease_id, by="fiona", reason="the case was closed"
+    )
+    target = HttpTarget("svc", service.url, Tier.NEITHER, False, None, INFLIGHT)
+
+    with NotaryJournal(notary_url, token) as journal:
+        receipt = Gate(journal, {"svc": target}).submit(refund)
+
+    assert (receipt.final_state, receipt.happened) == ("HELD", "unknown")
+    assert receipt.held_by == refund.effect_id and receipt.contradicted
+    assert service.acts(refund.effect_id) == []
+    kinds = [e.kind for e in effect_entries(log=tenant.log, effect_id=refund.effect_id)]
+    assert "REFUSED" not in kinds and "DISPATCHED" not in kinds
+    verify_receipt(receipt, iter_entries(log=tenant.log), origin=tenant.log.origin)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gate_client.holds import HoldScope, hold_for
+from gate_client.holds import Hold, HoldScope, hold_for
 from gate_client.proposal import Premise, PremiseResult, Proposal
 from gate_client.protocol import (
     Dispatch,
@@ -155,6 +155,30 @@ CONTRADICTIONS = [
         "RESOLVED_HAPPENED",
         [],
     ),
+    (
+        "a second webhook of what a person found happened agrees with the person",
+        [observed("performed"), resolved(True), observed("performed")],
+        "RESOLVED_HAPPENED",
+        [],
+    ),
+    (
+        "so does a service repeating its refused word",
+        [dispatched(), refused_performed(), resolved(True), refused_performed()],
+        "RESOLVED_HAPPENED",
+        [],
+    ),
+    (
+        "a different result after the person's word is a second performance",
+        [observed("performed"), resolved(True), observed("performed", "em_2")],
+        "RESOLVED_HAPPENED",
+        ["duplicate_at_target"],
+    ),
+    (
+        "a 'performed' after a person found it did not happen contradicts the person",
+        [observed("performed"), resolved(False), observed("performed")],
+        "RESOLVED_NOT_HAPPENED",
+        ["happened_never_dispatched"],
+    ),
 ]
 
 
@@ -281,6 +305,20 @@ def test_a_held_receipt_says_held_unknown_and_contradicted_until_a_person_decide
     )
     assert (decided.authorized_when_fired, decided.assumptions_held) == (None, None)
     assert not decided.contradicted and decided.recorded
+
+
+def test_a_dispatched_effect_held_by_its_own_evidence_names_itself_before_any_resend() -> None:
+    """The receipt of an effect dispatched and then held by a 'performed' the notary refused
+    says who holds it whether or not a resend was tried since (the HELD entry it recorded):
+    the same standing, one receipt."""
+    hold = Hold(EFFECT, 2, HoldScope.CASE_TARGET, contradicted=True, on_evidence=True)
+    for items in (
+        [dispatched(), refused_performed()],
+        [dispatched(), refused_performed(), ("HELD", hold.body())],
+    ):
+        receipt = derive_receipt(history(*items), EFFECT)
+        assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
+        assert receipt.held_by == EFFECT and receipt.contradicted
 
 
 # --- a write-ahead service's word -----------------------------------------------------------------

@@ -13,7 +13,7 @@ from gate_client.receipts import derive_receipt
 from ledger.selectors import iter_entries
 from notary import services
 from notary.errors import NotaryConflict
-from notary.models import WAITING_FOR_A_PERSON, Effect, Tenant
+from notary.models import WAITING_FOR_A_PERSON, Effect, ReviewEvent, ReviewNotice, Tenant
 from testkit.factories import client_for, dispatched, proposed
 
 
@@ -139,6 +139,8 @@ def test_after_a_dispatch_too_a_word_with_no_intent_answers_nothing_and_holds_an
     receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
     assert (receipt.final_state, receipt.happened) == ("DISPATCHED", "unknown")
     assert [c["kind"] for c in receipt.contradictions] == ["performed_unacknowledged"]
+    assert receipt.held_by == effect_id, "held by its own evidence before any resend is tried"
+    assert Effect.objects.get(tenant=acme, effect_id=effect_id).held_by == effect_id
     assert waiting(acme, effect_id)
     with pytest.raises(NotaryConflict, match="contradicted"):
         attest(acme, effect_id, "before_acting")
@@ -166,3 +168,63 @@ def test_the_api_answers_a_performed_with_no_intent_409_naming_the_entry_kept(
     assert body["error"] == "not_acknowledged" and "kept as a contradiction" in body["detail"]
     [kept] = [e for e in iter_entries(log=acme.log) if e.kind == "OBSERVED"]
     assert body["kept_as"] == kept.seq
+
+
+@pytest.mark.django_db
+def test_a_service_repeating_its_word_after_a_person_found_it_happened_reopens_nothing(
+    acme: Tenant,
+) -> None:
+    """The effect was held on the service's word with no intent; a person found it happened.
+    The service, retrying its post, says the same again: still refused (it answers no
+    request), but it agrees with the person, so the effect stays settled and out of the queue,
+    and no one is told the decision was contradicted. A different result would be."""
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = proposed(acme, "erp", "case-1")
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_1")
+    services.effect_resolve(
+        tenant=acme, effect_id=effect_id, happened=True, reason="doc_1 is booked", by="fin"
+    )
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_1")
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert (receipt.final_state, receipt.contradicted) == ("RESOLVED_HAPPENED", False)
+    assert not waiting(acme, effect_id)
+    contradicted = ReviewNotice.objects.filter(
+        tenant=acme, effect_id=effect_id, event=ReviewEvent.DECISION_CONTRADICTED
+    )
+    assert not contradicted.exists()
+
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_2")
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert [c["kind"] for c in receipt.contradictions] == ["duplicate_at_target"]
+    assert waiting(acme, effect_id) and contradicted.exists()
+
+
+@pytest.mark.django_db
+def test_a_refusal_resting_on_silence_is_refused_once_the_service_said_it_performed(
+    acme: Tenant,
+) -> None:
+    """The agent read "nothing attested" and found a premise failed; before its refusal is
+    recorded, the service says it performed the effect, with no intent acknowledged. That word
+    answers no request, but the silence the refusal rests on is broken all the same: recorded,
+    the refusal would say the effect never happened beside a service saying it did."""
+    attesting_target(acme, timedelta(seconds=30))
+    effect_id = dispatched(acme, "erp", "case-1")
+    with pytest.raises(NotaryConflict, match="no intent"):
+        attest(acme, effect_id, "performed", "doc_1")
+    body = {
+        "reason": "stale_premise_at_recovery",
+        "recheck": {"reason": "stale_premise", "lookup": "not_attested"},
+    }
+    with pytest.raises(NotaryConflict, match="attested this effect") as refused:
+        services.effect_record_outcome(tenant=acme, effect_id=effect_id, kind="REFUSED", body=body)
+    assert refused.value.code == "evidence_arrived"
+    assert kinds_of(acme, effect_id) == ["PROPOSED", "DISPATCHED", "OBSERVED"]
+    receipt = derive_receipt(list(iter_entries(log=acme.log)), effect_id)
+    assert (receipt.final_state, receipt.happened, receipt.held_by) == (
+        "DISPATCHED",
+        "unknown",
+        effect_id,
+    )
