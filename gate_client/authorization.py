@@ -163,6 +163,22 @@ def proposal_refusal(payload: Mapping[str, Any], declaration: TargetDeclaration)
     return str(money) if isinstance(money, MoneyError) else None
 
 
+def terms_mismatch(lease: Lease, declaration: TargetDeclaration) -> str | None:
+    """Why the lease's money terms cannot apply to a target declared so (None: they can): it
+    bounds money and the target moves none, or it limits another field than the one the
+    target's amount is in. No dispatch to that target could ever be authorized under it, so
+    the notary refuses such a proposal before writing it."""
+    if declaration.money is None:
+        return (
+            "the lease bounds money, and the target declares none" if _money_terms(lease) else None
+        )
+    field = declaration.money.amount_field
+    other = next((name for name in lease.limits if name != field), None)
+    if other is not None:
+        return f"the lease limits {other!r}; the target's amount is {field!r}"
+    return None
+
+
 def _lease_refusal(
     request: DispatchRequest, state: LeaseState | None, now: datetime
 ) -> Refuse | None:
@@ -184,16 +200,15 @@ def _lease_refusal(
 def _money_refusal(lease: Lease, request: DispatchRequest) -> str | None:
     """What the lease's money terms say of the payload's money, read as declared."""
     money = money_of(request.payload, request.declaration)
-    terms = bool(lease.limits) or lease.currency is not None or lease.bounds_amount
     if isinstance(money, MoneyError):
-        return str(money) if terms or request.declaration is not None else None
-    if money is None:
-        return "the lease bounds money, and the target declares none" if terms else None
-    assert request.declaration is not None and request.declaration.money is not None
+        return str(money) if _money_terms(lease) or request.declaration is not None else None
+    assert request.declaration is not None  # no declaration is a MoneyError above
+    mismatch = terms_mismatch(lease, request.declaration)
+    if mismatch is not None or money is None:
+        return mismatch
+    assert request.declaration.money is not None  # money was read by it
     field = request.declaration.money.amount_field
     for name, maximum in lease.limits.items():
-        if name != field:
-            return f"the lease limits {name!r}; the target's amount is {field!r}"
         if money.amount_minor > maximum:
             return f"{name}={money.amount_minor} exceeds the limit {maximum}"
     if lease.standing and field not in lease.limits and lease.payload_hash is None:
@@ -202,3 +217,8 @@ def _money_refusal(lease: Lease, request: DispatchRequest) -> str | None:
         named = money.currency or "no currency"
         return f"the payload is in {named}, the lease approves {lease.currency}"
     return None
+
+
+def _money_terms(lease: Lease) -> bool:
+    """Whether the lease bounds money: a limit, a currency or an amount budget."""
+    return bool(lease.limits) or lease.currency is not None or lease.bounds_amount

@@ -23,7 +23,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from gate_client import holds
-from gate_client.authorization import DispatchRequest, Held, Refuse, authorize, proposal_refusal
+from gate_client.authorization import (
+    DispatchRequest,
+    Held,
+    Refuse,
+    authorize,
+    proposal_refusal,
+    terms_mismatch,
+)
 from gate_client.budgets import (
     Budget,
     budget_problem,
@@ -1631,6 +1638,12 @@ def _checked_declaration(*, tenant: Tenant, proposal: Mapping[str, Any]) -> Targ
     ambiguous = proposal_refusal(proposal["payload"], held)
     if ambiguous is not None:
         raise NotaryInputError(f"proposal.payload: {ambiguous}")
+    # A money term the target cannot meet refuses the proposal before anything is written, not
+    # every dispatch after it. An unknown lease is the dispatch's to refuse.
+    stored = _lease_state(lease_with_tenant(tenant=tenant, lease_id=proposal["lease_id"]))
+    mismatch = terms_mismatch(stored.lease, held) if stored is not None else None
+    if mismatch is not None:
+        raise NotaryInputError(f"proposal.lease_id: {mismatch}")
     return held
 
 

@@ -83,24 +83,24 @@ def test_a_payload_whose_money_is_ambiguous_is_refused_400_with_nothing_written(
     assert shop.entries() == before
 
 
-def test_a_lease_limiting_another_field_than_the_declared_amount_dispatches_nothing(
+def test_a_lease_limiting_another_field_than_the_declared_amount_is_refused_400_unwritten(
     acme: Tenant,
 ) -> None:
     """The README's standing lease is limited by amount_cents; a Stripe refund's amount is
     `amount`. Before, {"amount": 5000000} went out under a $20.00 limit on amount_cents as long
     as the payload also said amount_cents; now the limit names a field the target does not
-    declare, so nothing is dispatched under it, whatever the payload."""
+    declare, so no proposal under it is written, whatever the payload."""
     shop = Shop(acme, {"amount_cents": 2000})
     both = shop.propose({"payment_intent": "pi_1", "amount": 5_000_000, "amount_cents": 100})
     assert both.status_code == 400, both.json()
     answer = shop.propose({"payment_intent": "pi_1", "amount": 5_000_000})
-    assert answer.status_code == 201, answer.json()
-    assert answer.json()["dispatched"] is None
-    assert answer.json()["dispatch_refused"] == {
-        "detail": "the lease limits 'amount_cents'; the target's amount is 'amount'",
-        "reason": "lease_scope",
+    assert answer.status_code == 400, answer.json()
+    assert answer.json() == {
+        "error": "invalid",
+        "detail": "proposal.lease_id: the lease limits 'amount_cents'; the target's amount is "
+        "'amount'",
     }
-    assert [e.kind for e in shop.entries()] == ["LEASE_GRANTED", "PROPOSED"]
+    assert [e.kind for e in shop.entries()] == ["LEASE_GRANTED"]
 
 
 def test_a_proposal_declaring_its_target_otherwise_is_refused_and_one_without_gets_the_record(
