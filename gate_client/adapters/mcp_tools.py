@@ -50,6 +50,7 @@ from gate_client.adapters.declarations import target_name
 from gate_client.adapters.outcomes import (
     EffectAmbiguous,
     EffectFailed,
+    EffectHeldForPerson,
     EffectInFlight,
     EffectRefused,
     committed_result_ref,
@@ -340,6 +341,13 @@ class GatedTools:
                 return _error(f"Failed, not done: {said}", structured)
             return _error(
                 f"Failed, not done: {name} reported an error.", structured, answer.content
+            )
+        except EffectHeldForPerson:
+            return _error(
+                f"Not done yet: {name} is held, not sent, while {receipt.held_by} waits for a "
+                "person's decision. Do not say it happened; call it again once a person has "
+                "decided.",
+                structured,
             )
         except EffectInFlight:
             return _error(

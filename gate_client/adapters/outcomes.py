@@ -29,6 +29,11 @@ class EffectAmbiguous(EffectNotDone):
     """AMBIGUOUS, or resolved by a person: nothing can tell the gate whether it happened."""
 
 
+class EffectHeldForPerson(EffectNotDone):
+    """HELD: not sent, and no verdict, while an effect of its case (or its own evidence) waits
+    for a person (`receipt.held_by`); submitted again once the person has decided, it goes."""
+
+
 class EffectInFlight(EffectNotDone):
     """Dispatched and unanswered: a later `recover()` settles it. Retrying is safe."""
 
@@ -43,6 +48,8 @@ def raise_unless_committed(receipt: Receipt) -> None:
         raise EffectFailed(receipt)
     if state in ("PROPOSED", "DISPATCHED"):
         raise EffectInFlight(receipt)
+    if state == "HELD":
+        raise EffectHeldForPerson(receipt)
     raise EffectAmbiguous(receipt)
 
 

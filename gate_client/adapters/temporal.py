@@ -50,6 +50,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from gate_client.adapters.outcomes import (
+    EffectHeldForPerson,
     EffectInFlight,
     EffectNotDone,
     committed_result_ref,
@@ -93,7 +94,7 @@ def submit_in_activity(gate: Gate, proposal: Proposal) -> dict[str, Any]:
         receipt = gate.submit(proposal)
         try:
             raise_unless_committed(receipt)
-        except EffectInFlight as error:
+        except (EffectInFlight, EffectHeldForPerson) as error:  # no verdict yet: retried
             raise _application_error(error, non_retryable=False) from error
         except EffectNotDone as error:  # refused, failed, ambiguous: the journal has a verdict
             raise _application_error(error, non_retryable=True) from error

@@ -361,6 +361,30 @@ async def test_a_lost_answer_at_tier_3_is_ambiguous_and_never_resent(world: Worl
     assert world.shop.refunds == [("pay_1", 1500)]
 
 
+async def test_a_call_held_while_another_of_its_case_waits_for_a_person_is_told_so(
+    world: World,
+) -> None:
+    """Held is no verdict: the model must not hear that a person decided it did not happen."""
+    world.shop.stalls["issue_refund"] = ["after"]
+    leases = {f"issue_refund:{c}": world.grant(f"issue_refund:{c}") for c in (1500, 700)}
+
+    def template(tool: str, arguments: Mapping[str, Any]) -> str:
+        return f"{tool}:{arguments['amount_cents']}"
+
+    async with world.tools(lease_id=leases, action_for=template) as tools:
+        lost = await tools.call("issue_refund", REFUND)
+        held = await tools.call("issue_refund", {**REFUND, "amount_cents": 700})
+    assert world.verify(lost.receipt).final_state == "AMBIGUOUS"
+    receipt = world.verify(held.receipt)
+    assert lost.receipt is not None
+    assert (receipt.final_state, receipt.held_by) == ("HELD", lost.receipt.effect_id)
+    assert held.result.is_error
+    assert text(held.result).startswith("Not done yet: issue_refund is held, not sent"), text(
+        held.result
+    )
+    assert world.shop.refunds == [("pay_1", 1500)]
+
+
 async def test_a_lost_answer_from_an_idempotent_tool_is_resent_under_the_same_key(
     world: World,
 ) -> None:
