@@ -20,7 +20,7 @@ from notary import services
 from notary.groups import FINANCE_REVIEWERS
 from notary.models import Effect, ReviewAssignment, Tenant
 from testkit.browser import PASSWORD, chromium, fits_the_screen, log_in, screenshot
-from testkit.factories import register, settled
+from testkit.factories import CENTS_MONEY, STRIPE_MONEY, register, settled
 
 pytestmark = pytest.mark.slow
 QUEUE = "/admin/notary/ambiguouseffect/"
@@ -28,17 +28,19 @@ QUEUE = "/admin/notary/ambiguouseffect/"
 
 @pytest.fixture
 def desk(transactional_db: None) -> dict[str, Effect]:
-    """A shop with three AMBIGUOUS refunds (one overdue) and two reviewers."""
+    """A shop with three AMBIGUOUS refunds (one overdue) on targets declaring their money, and
+    two reviewers."""
     tenant = services.tenant_create(slug="shop", name="A shop")
-    register(tenant, "payments", review_sla=timedelta(milliseconds=1))
-    register(tenant, "bank")
+    register(tenant, "payments", review_sla=timedelta(milliseconds=1), money=CENTS_MONEY)
+    register(tenant, "bank", money=STRIPE_MONEY)
+    register(tenant, "cards", money=CENTS_MONEY)
     usd = {"currency": "usd"}
     made = {
         "big": settled(
             tenant, "case-1", "payments", {"amount_cents": 1_250_000, **usd}, "AMBIGUOUS"
         ),
         "yen": settled(tenant, "case-2", "bank", {"amount": 800, "currency": "jpy"}, "AMBIGUOUS"),
-        "small": settled(tenant, "case-3", "bank", {"amount_cents": 4_999, **usd}, "AMBIGUOUS"),
+        "small": settled(tenant, "case-3", "cards", {"amount_cents": 4_999, **usd}, "AMBIGUOUS"),
     }
     for name in ("fiona", "gil"):
         user = User.objects.create_user(name, password=PASSWORD, is_staff=True)
