@@ -59,6 +59,7 @@ from ledger.core.checkpoint import (
     succession,
 )
 from ledger.core.cosignature import CosignatureError, WitnessPolicy
+from ledger.core.durable import replace_durably
 from ledger.core.entries import Entry, EntryKind
 from ledger.core.merkle import ProofError, verify_consistency
 from ledger.core.note import NoteError, Verifier, parse_vkey
@@ -517,17 +518,7 @@ def _load_state(path: Path | None) -> str | None:
 def _write_state(path: Path, note: str) -> None:
     """Replace the state file atomically: a crash leaves the old note or the new, never half."""
     data = json.dumps({"format": STATE_FORMAT, "note": note}).encode("utf-8")
-    temporary = path.with_name(f".{path.name}.tmp")
     try:
-        with temporary.open("wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_durably(path, data)
     except OSError as exc:
         raise JournalError(f"checkpoint file {path}: cannot write: {exc}") from exc
