@@ -844,6 +844,7 @@ def _propose(
             tenant=tenant,
             effect_id=effect_id,
             proposal=proposal,
+            declared=declared,
             dispatch_premises=dispatch_premises,
             dispatcher=dispatcher,
         ),
@@ -856,6 +857,7 @@ def _propose_in_order(
     tenant: Tenant,
     effect_id: str,
     proposal: Mapping[str, Any],
+    declared: TargetDeclaration,
     dispatch_premises: Sequence[Mapping[str, Any]] | None,
     dispatcher: ApiKey | None,
 ) -> tuple[Proposed, Hold | None]:
@@ -864,12 +866,25 @@ def _propose_in_order(
     standing_proposal = proposal if created else _proposed_body(history)
     items = [NewEntry(EntryKind.PROPOSED, dict(proposal), effect_id)] if created else []
     refusal, hold = None, None
-    if (
+    dispatching = (
         dispatch_premises is not None
         and standing_proposal["payload_hash"] == proposal["payload_hash"]
         and standing(history).state is None
         and last_attempt(history) == 0
-    ):
+    )
+    lease = (
+        lease_with_tenant(tenant=tenant, lease_id=standing_proposal["lease_id"])
+        if created or dispatching
+        else None
+    )
+    if created and lease is not None:
+        # A money term the target cannot meet refuses the proposal before anything is written,
+        # not every dispatch after it. An unknown lease is the dispatch's to refuse.
+        mismatch = terms_mismatch(_lease_terms(lease), declared)
+        if mismatch is not None:
+            raise NotaryInputError(f"proposal.lease_id: {mismatch}")
+    if dispatching:
+        assert dispatch_premises is not None
         try:
             checked = _checked_dispatch(
                 tenant,
@@ -881,6 +896,7 @@ def _propose_in_order(
                 now,
                 dispatcher,
                 history=history,
+                lease=lease,
             )
         except NotaryConflict as refused:
             refusal = refused
@@ -972,8 +988,18 @@ def _dispatch_in_order(
             "attempt_taken", f"attempt {attempt} asked, {current} recorded", current=current
         )
     proposed = _proposed_body(history)
+    lease = lease_with_tenant(tenant=tenant, lease_id=proposed["lease_id"])
     checked = _checked_dispatch(
-        tenant, effect_id, proposed, attempt, premises, recovery, now, dispatcher, history=history
+        tenant,
+        effect_id,
+        proposed,
+        attempt,
+        premises,
+        recovery,
+        now,
+        dispatcher,
+        history=history,
+        lease=lease,
     )
     if isinstance(checked, Hold):
         held = _held_entry(effect_id, history, checked)
@@ -998,14 +1024,15 @@ def _checked_dispatch(
     dispatcher: ApiKey | None,
     *,
     history: Sequence[LedgerEntry],
+    lease: Lease | None,
 ) -> NewEntry | Hold:
     """The DISPATCHED entry, if the lease covers the proposal at `now` (the caller holds the
     log lock and stamps the entry with `now`) and `dispatcher` holds it; else NotaryConflict
     lease_refused; or the hold on it, if its own evidence (its entries, `history`) or another
     effect of its case waits for a person (gate_client.holds, by the tenant's hold_scope as
-    stored now). A first dispatch under a budgeted lease spends, by the dispatching key."""
+    stored now). A first dispatch under a budgeted lease spends, by the dispatching key.
+    `lease`: the proposal's lease with its tenant, as the caller read it under the lock."""
     request = DispatchRequest.of_proposal(effect_id, proposed, attempt, premises, recovery)
-    lease = lease_with_tenant(tenant=tenant, lease_id=proposed["lease_id"])
     requester = _requester_refusal(lease, dispatcher)
     if requester is not None:
         raise NotaryConflict("lease_refused", requester[1], reason=requester[0])
@@ -1567,7 +1594,12 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
     transaction under the same lock, so under the lock the row is the ledger's state."""
     if lease is None:
         return None
-    terms = LeaseTerms(
+    return LeaseState(_lease_terms(lease), lease.revoked_at, lease.revoked_by or None)
+
+
+def _lease_terms(lease: Lease) -> LeaseTerms:
+    """What the lease row grants, as the protocol reads a lease."""
+    return LeaseTerms(
         lease_id=lease.lease_id,
         case_id=lease.case_id,
         action=lease.action,
@@ -1580,7 +1612,6 @@ def _lease_state(lease: Lease | None) -> LeaseState | None:
         case_pattern=lease.case_pattern or None,
         budgets=tuple(Budget.from_body(b) for b in lease.budgets),
     )
-    return LeaseState(terms, lease.revoked_at, lease.revoked_by or None)
 
 
 def _check_proposal(
@@ -1638,12 +1669,6 @@ def _checked_declaration(*, tenant: Tenant, proposal: Mapping[str, Any]) -> Targ
     ambiguous = proposal_refusal(proposal["payload"], held)
     if ambiguous is not None:
         raise NotaryInputError(f"proposal.payload: {ambiguous}")
-    # A money term the target cannot meet refuses the proposal before anything is written, not
-    # every dispatch after it. An unknown lease is the dispatch's to refuse.
-    stored = _lease_state(lease_with_tenant(tenant=tenant, lease_id=proposal["lease_id"]))
-    mismatch = terms_mismatch(stored.lease, held) if stored is not None else None
-    if mismatch is not None:
-        raise NotaryInputError(f"proposal.lease_id: {mismatch}")
     return held
 
 
